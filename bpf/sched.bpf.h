@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * sched — scheduling delay, and blck — resource blocking (Chopstix §4.2).
+ *
+ * Both are measured on the context-switch path. When a task switches out
+ * we note why (preempted while runnable, or asleep on a resource) and, since
+ * this is the last moment its own user stack can be read, we capture its
+ * kernel and user stacks into task-local storage: the preemption or
+ * blocking site. At wake-up we close the blocked interval; at switch-in we
+ * close the runnable wait. Each interval over its qualifying threshold is
+ * one event, weighted by its length in µs, labelled by the thread and the
+ * site, and carries the stacks taken at switch-out.
+ *
+ * Fields (sched): f[0] prio, f[1] delay ns, f[2] site, f[3] 1 if preempted
+ * Fields (blck):  f[0] prio, f[1] blocked ns, f[2] site, f[3] sleep state
+ */
+struct task_state {
+	__u64 runnable_ts;  /* became runnable (woken or preempted); 0 = unknown */
+	__u64 sleep_ts;     /* switched out asleep; 0 = not asleep */
+	__u64 blocked_ns;   /* closed at wake-up */
+	__u64 site;
+	__u32 sleep_state;
+	__u32 preempted;
+	__s32 kstack_bytes;
+	__s32 ustack_bytes;
+	__u64 kstack[MAX_STACK];
+	__u64 ustack[MAX_STACK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_state);
+} task_states SEC(".maps");
+
+#define TASK_RUNNING_STATE 0
+
+static __always_inline __u32 us_weight(__u64 ns)
+{
+	__u64 us = ns / 1000;
+	if (us == 0)
+		us = 1;
+	if (us > 0xffffffffULL)
+		us = 0xffffffffULL;
+	return us;
+}
+
+static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
+					   struct task_struct *task,
+					   struct task_state *ts,
+					   __u64 interval_ns, __u64 f3, __u64 now)
+{
+	__u32 tid = BPF_CORE_READ(task, pid);
+	__u32 uid = BPF_CORE_READ(task, cred, uid.val);
+	__u64 who = who_word(BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino), uid);
+	__u64 site = vital == VITAL_SCHED ? ts->site & ~0xffULL : ts->site;
+	__u32 weight = us_weight(interval_ns);
+	struct verdict v;
+	struct hl_sample *s;
+
+	if (!sketch_update(ctl, vital, tid, site, who, weight, &v) || !v.sampled)
+		return;
+	s = sample_begin(&v, vital, tid, site, who, weight, now);
+	if (!s)
+		return;
+	ident_from_task(s, task);
+	s->f[0] = BPF_CORE_READ(task, prio);
+	s->f[1] = interval_ns;
+	s->f[2] = ts->site;
+	s->f[3] = f3;
+	s->kstack_bytes = ts->kstack_bytes;
+	s->ustack_bytes = ts->ustack_bytes;
+	if (ts->kstack_bytes > 0)
+		bpf_probe_read_kernel(s->kstack, sizeof(s->kstack), ts->kstack);
+	if (ts->ustack_bytes > 0)
+		bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), ts->ustack);
+	note_stack(s, vital, v.copy);
+	bpf_ringbuf_submit(s, 0);
+}
+
+static __always_inline void on_wakeup(struct task_struct *p)
+{
+	struct hl_control *ctl = get_control();
+	struct task_state *ts;
+	__u64 now;
+
+	if (!ctl || !(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
+		return;
+	ts = bpf_task_storage_get(&task_states, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ts)
+		return;
+	now = bpf_ktime_get_ns();
+	if (ts->sleep_ts) {
+		ts->blocked_ns = now - ts->sleep_ts;
+		ts->sleep_ts = 0;
+	}
+	ts->runnable_ts = now;
+	ts->preempted = 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(vital_sched_wakeup, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(vital_sched_wakeup_new, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	struct hl_control *ctl = get_control();
+	struct task_state *ts;
+	__u64 now;
+
+	if (!ctl || !(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
+		return 0;
+	now = bpf_ktime_get_ns();
+
+	if (prev->pid != 0) {
+		ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (ts) {
+			/* prev is current: its stacks are readable now and never again
+			 * before it runs. */
+			ts->kstack_bytes = bpf_get_stack(ctx, ts->kstack, sizeof(ts->kstack), 0);
+			ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
+			ts->site = ts->ustack_bytes > 0 ? ts->ustack[0] : 0;
+			ts->blocked_ns = 0;
+			if (prev_state == TASK_RUNNING_STATE) {
+				ts->runnable_ts = now;
+				ts->preempted = 1;
+				ts->sleep_ts = 0;
+			} else {
+				ts->sleep_ts = now;
+				ts->sleep_state = prev_state;
+				ts->runnable_ts = 0;
+				ts->preempted = 0;
+			}
+		}
+	}
+
+	if (next->pid == 0)
+		return 0;
+	ts = bpf_task_storage_get(&task_states, next, 0, 0);
+	if (!ts)
+		return 0;
+	if (ts->sleep_ts) { /* woken by a path we did not see */
+		ts->blocked_ns = now - ts->sleep_ts;
+		ts->sleep_ts = 0;
+	}
+	if (ts->blocked_ns >= ctl->blck_min_ns && ts->blocked_ns && vital_enabled(ctl, VITAL_BLCK))
+		emit_switch_in(ctl, VITAL_BLCK, next, ts, ts->blocked_ns, ts->sleep_state, now);
+	if (ts->runnable_ts && now - ts->runnable_ts >= ctl->sched_min_ns && vital_enabled(ctl, VITAL_SCHED))
+		emit_switch_in(ctl, VITAL_SCHED, next, ts, now - ts->runnable_ts, ts->preempted, now);
+	ts->blocked_ns = 0;
+	ts->runnable_ts = 0;
+	return 0;
+}

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The recorder's in-kernel sketch (Chopstix §4.1): every vital-sign event
+ * has a label and a weight; the label hashes into a hash counter array
+ * (HCA), the counters grow by the weight, and the event is sampled when
+ * its estimated count crosses the next power of the threshold t = 2^shift.
+ *
+ * We generalise the paper's single-row HCA to HCA_ROWS rows (a count-min
+ * sketch): the estimate is the minimum over the rows, so an event is missed
+ * only if it collides in every row. The Go twin in internal/sketch is
+ * bit-exact with this file; change both together.
+ *
+ * Two copies of each HCA (and of the exact per-epoch totals) exist; the
+ * copy in use is the parity of the epoch generation that user space bumps
+ * at each epoch boundary, so no event is lost at the swap.
+ */
+#ifndef HOLTER_SKETCH_H
+#define HOLTER_SKETCH_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define HCA_ROWS 4
+#define HCA_WIDTH 512
+#define MAX_STACK 64
+
+enum vital {
+	VITAL_CPU = 0,
+	VITAL_SCHED = 1,
+	VITAL_BLCK = 2,
+	VITAL_BLIO = 3,
+	NR_VITALS = 11, /* room for the remaining vitals of the mission table */
+};
+
+enum record_kind {
+	RECORD_SAMPLE = 1,
+};
+
+struct hca {
+	__u32 c[HCA_ROWS][HCA_WIDTH];
+};
+
+/* Written by user space; read by every program. */
+struct hl_control {
+	__u64 gen;                 /* epoch generation; copy = gen & 1 */
+	__u64 seed[2];             /* hash seed per copy, renewed each epoch */
+	__u32 shift[NR_VITALS];    /* t = 1 << shift */
+	__u32 enabled;             /* bit per vital */
+	__u64 sched_min_ns;        /* scheduling delay that qualifies */
+	__u64 blck_min_ns;         /* blocking time that qualifies */
+};
+
+/* Exact per-epoch totals, per CPU, per copy and vital. */
+struct hl_stats {
+	__u64 events;
+	__u64 weight;
+	__u64 samples;
+	__u64 lost_ringbuf;  /* sampled, but the ring buffer was full */
+	__u64 lost_state;    /* event seen without its start (e.g. map full) */
+	__u64 no_stack;      /* sampled without a stack */
+};
+
+struct hl_sample {
+	__u32 kind;
+	__u32 vital;
+	__u64 gen;
+	__u64 ts;
+	__u64 label;   /* seed-free label hash, stable across epochs */
+	__u32 weight;
+	__u32 est;
+	__u32 pid;     /* tgid */
+	__u32 tid;
+	__u32 uid;
+	__u32 exe_dev;
+	__u64 exe_ino;
+	char comm[16];
+	__u64 f[8];    /* vital-specific fields, see each program */
+	__s32 kstack_bytes;  /* < 0: error from bpf_get_stack */
+	__s32 ustack_bytes;
+	__u64 kstack[MAX_STACK];
+	__u64 ustack[MAX_STACK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hl_control);
+} control SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * NR_VITALS);
+	__type(key, __u32);
+	__type(value, struct hca);
+} hcas SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * NR_VITALS);
+	__type(key, __u32);
+	__type(value, struct hl_stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} samples SEC(".maps");
+
+static __always_inline __u64 mix64(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static __always_inline __u64 label_hash(__u64 seed, __u64 w0, __u64 w1, __u64 w2)
+{
+	return mix64(mix64(mix64(seed ^ w0) ^ w1) ^ w2);
+}
+
+/* floor(log2(x)) for x >= 1, without loops the verifier must unroll. */
+static __always_inline __s32 log2_u64(__u64 x)
+{
+	__s32 r = 0;
+	if (x >> 32) { x >>= 32; r += 32; }
+	if (x >> 16) { x >>= 16; r += 16; }
+	if (x >> 8) { x >>= 8; r += 8; }
+	if (x >> 4) { x >>= 4; r += 4; }
+	if (x >> 2) { x >>= 2; r += 2; }
+	if (x >> 1) { r += 1; }
+	return r;
+}
+
+static __always_inline __s32 level(__u64 x, __u32 shift)
+{
+	if (x == 0)
+		return -1;
+	if (shift == 0)
+		shift = 1;
+	return (__u32)log2_u64(x) / shift;
+}
+
+/* The "who" word every label carries: the executable and the user. */
+static __always_inline __u64 who_word(__u64 exe_ino, __u32 uid)
+{
+	return ((__u64)uid << 40) ^ exe_ino;
+}
+
+struct verdict {
+	__u32 copy;
+	__u32 est;
+	__u64 gen;
+	bool sampled;
+};
+
+static __always_inline struct hl_control *get_control(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&control, &zero);
+}
+
+static __always_inline bool vital_enabled(struct hl_control *ctl, __u32 vital)
+{
+	return ctl && (ctl->enabled & (1u << vital));
+}
+
+/*
+ * Account one event in the active copy's HCA and totals; decide whether it
+ * is sampled. Returns false when the recorder is not configured.
+ */
+static __always_inline bool sketch_update(struct hl_control *ctl, __u32 vital,
+					  __u64 w0, __u64 w1, __u64 w2,
+					  __u32 weight, struct verdict *v)
+{
+	__u64 gen = ctl->gen;
+	__u32 copy = gen & 1;
+	__u32 key = copy * NR_VITALS + vital;
+	struct hca *h;
+	struct hl_stats *st;
+	__u64 hsh, old = ~0ULL, new = ~0ULL;
+	__u32 shift;
+
+	if (vital >= NR_VITALS)
+		return false;
+	shift = ctl->shift[vital];
+	h = bpf_map_lookup_elem(&hcas, &key);
+	st = bpf_map_lookup_elem(&stats, &key);
+	if (!h || !st)
+		return false;
+
+	hsh = label_hash(ctl->seed[copy], w0, w1, w2);
+#pragma unroll
+	for (int r = 0; r < HCA_ROWS; r++) {
+		__u32 idx = (hsh >> (16 * r)) & (HCA_WIDTH - 1);
+		__u64 o = __sync_fetch_and_add(&h->c[r][idx], weight);
+		__u64 n = o + weight;
+		if (o < old)
+			old = o;
+		if (n < new)
+			new = n;
+	}
+	if (new > 0xffffffffULL)
+		new = 0xffffffffULL;
+
+	st->events++;
+	st->weight += weight;
+	v->copy = copy;
+	v->gen = gen;
+	v->est = new;
+	v->sampled = level(new, shift) > level(old, shift);
+	return true;
+}
+
+static __always_inline struct hl_stats *stats_of(__u32 copy, __u32 vital)
+{
+	__u32 key = copy * NR_VITALS + vital;
+	return bpf_map_lookup_elem(&stats, &key);
+}
+
+/* Reserve a sample record and fill the parts common to every vital except
+ * the identity of the task it is charged to (see ident_from_task). */
+static __always_inline struct hl_sample *sample_begin(struct verdict *v, __u32 vital,
+						   __u64 w0, __u64 w1, __u64 w2,
+						   __u32 weight, __u64 now)
+{
+	struct hl_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	struct hl_stats *st = stats_of(v->copy, vital);
+
+	if (!s) {
+		if (st)
+			st->lost_ringbuf++;
+		return NULL;
+	}
+	if (st)
+		st->samples++;
+	s->kind = RECORD_SAMPLE;
+	s->vital = vital;
+	s->gen = v->gen;
+	s->ts = now;
+	s->label = label_hash(0, w0, w1, w2);
+	s->weight = weight;
+	s->est = v->est;
+	__builtin_memset(s->f, 0, sizeof(s->f));
+	s->kstack_bytes = 0;
+	s->ustack_bytes = 0;
+	return s;
+}
+
+static __always_inline void ident_from_task(struct hl_sample *s, struct task_struct *task)
+{
+	s->pid = BPF_CORE_READ(task, tgid);
+	s->tid = BPF_CORE_READ(task, pid);
+	s->uid = BPF_CORE_READ(task, cred, uid.val);
+	s->exe_ino = BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino);
+	s->exe_dev = BPF_CORE_READ(task, mm, exe_file, f_inode, i_sb, s_dev);
+	BPF_CORE_READ_STR_INTO(&s->comm, task, comm);
+}
+
+static __always_inline void note_stack(struct hl_sample *s, __u32 vital, __u32 copy)
+{
+	if (s->kstack_bytes <= 0 && s->ustack_bytes <= 0) {
+		struct hl_stats *st = stats_of(copy, vital);
+		if (st)
+			st->no_stack++;
+	}
+}
+
+#endif

@@ -1,0 +1,100 @@
+// Command holter records a Linux host's vital signs and answers questions
+// about them. See README.md.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// usageError marks a mistake on the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"record", "record the vital signs into the store and serve the API", runRecord},
+		{"query", "answer SQL over the store", runQuery},
+		{"status", "say what is recorded, what is unsupported and why", runStatus},
+		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
+			fmt.Fprintln(stdout, "holter", version)
+			return nil
+		}},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: holter COMMAND [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nholter COMMAND -h shows a command's flags.")
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		var ue usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "holter %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "holter %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "holter: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// newFlags makes a command's flag set; parse errors are usage errors.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("holter "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// defaultDataDir is where recordings live unless --data says otherwise.
+const defaultDataDir = "holter-data"

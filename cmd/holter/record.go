@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/server"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+func runRecord(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("record", stderr)
+	data := fs.String("data", defaultDataDir, "data directory holding the store")
+	epoch := fs.Duration("epoch", recorder.DefaultEpoch, "epoch length (at least 1s)")
+	vitals := fs.String("vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "))
+	threshold := fs.Uint("threshold", 0, "sampling threshold t, a power of 2 (default 2^sketch.DefaultShift)")
+	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
+	schedMin := fs.Duration("sched-min", recorder.DefaultSchedMin, "scheduling delay that counts as an event")
+	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
+	api := fs.String("api", "127.0.0.1:7070", "API address (empty: no API)")
+	token := fs.String("token", "", "API token; required for a non-loopback address")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	vs, err := recorder.ParseVitals(*vitals)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	var shift uint
+	if *threshold != 0 {
+		if *threshold < 2 || *threshold&(*threshold-1) != 0 {
+			return usagef("threshold %d is not a power of 2 (2, 4, 8, …)", *threshold)
+		}
+		for 1<<shift < *threshold {
+			shift++
+		}
+	}
+	if *epoch < recorder.MinEpoch {
+		return usagef("epoch %v is shorter than the minimum %v", *epoch, recorder.MinEpoch)
+	}
+	if err := recorder.CheckPrivileges(); err != nil {
+		return err
+	}
+
+	st, err := store.Open(*data, nil)
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			if info, ok := readAgentInfo(*data); ok {
+				return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
+			}
+		}
+		return err
+	}
+	defer st.Close()
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz,
+		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf}
+	if cfg.FirstEpoch, err = st.NextEpoch(context.Background(), hostname()); err != nil {
+		return err
+	}
+	rec, err := recorder.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if *api != "" {
+		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: rec.Status})
+		if err != nil {
+			return err
+		}
+		go srv.Serve()
+		defer srv.Shutdown(context.Background())
+		if err := writeAgentInfo(*data, agentInfo{Pid: os.Getpid(), API: srv.Addr(), Token: *token}); err != nil {
+			return err
+		}
+		defer os.Remove(filepath.Join(*data, agentFile))
+		logf("API on http://%s", srv.Addr())
+	}
+	printRecording(stderr, rec.Status(), st.Path())
+
+	return rec.Run(ctx, func(e *store.Epoch) error {
+		began := time.Now()
+		if err := st.WriteEpoch(context.Background(), e); err != nil {
+			return err
+		}
+		var parts []string
+		for _, v := range e.Vitals {
+			part := fmt.Sprintf("%s %d/%d", v.Name, v.Samples, v.Events)
+			if v.Lost() > 0 {
+				part += fmt.Sprintf(" (lost %d)", v.Lost())
+			}
+			parts = append(parts, part)
+		}
+		logf("epoch %d committed in %v: samples/events %s", e.Epoch, time.Since(began).Round(time.Millisecond), strings.Join(parts, ", "))
+		return nil
+	})
+}
+
+func printRecording(w io.Writer, s recorder.Status, path string) {
+	fmt.Fprintf(w, "recording host %s into %s, epochs of %s\n", s.Host, path, s.Epoch)
+	for _, v := range s.Vitals {
+		switch v.State {
+		case "recording":
+			fmt.Fprintf(w, "  %-8s recording (t=%d): %s\n", v.Name, v.Threshold, v.Trigger)
+		case "disabled":
+		default:
+			fmt.Fprintf(w, "  %-8s %s: %s\n", v.Name, v.State, v.Reason)
+		}
+	}
+}
+
+func vitalNames() []string {
+	var names []string
+	for _, v := range recorder.AllVitals() {
+		names = append(names, v.String())
+	}
+	return names
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	return h
+}

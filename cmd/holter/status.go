@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/holter-dev/holter/internal/recorder"
+)
+
+func runStatus(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("status", stderr)
+	data := fs.String("data", defaultDataDir, "data directory holding the store")
+	api := fs.String("api", "", "recorder API address (default: the one recording into --data)")
+	token := fs.String("token", "", "API token")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	c, ok := findAgent(*data, *api, *token)
+	if !ok {
+		if _, err := os.Stat(*data); err != nil {
+			return fmt.Errorf("no recorder is running for %s, and there is no recording there", *data)
+		}
+		res, err := answer(*data, "", "", `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "no recorder is running for %s\n", *data)
+		if len(res.Rows) > 0 {
+			fmt.Fprintln(stdout, "last recorded epoch:")
+			return res.WriteTable(stdout)
+		}
+		return nil
+	}
+	st, err := c.status(context.Background())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	printStatus(stdout, st)
+	return nil
+}
+
+func printStatus(w io.Writer, s *recorder.Status) {
+	fmt.Fprintf(w, "host %s, recording since %s, epochs of %s\n", s.Host, s.Started.Format("2006-01-02 15:04:05 UTC"), s.Epoch)
+	fmt.Fprintf(w, "current epoch %d, last committed %d, monitor CPU %.3f%% of the machine in the last epoch\n",
+		s.CurrentEpoch, s.LastCommitted, s.MonitorCPU)
+	if s.LateSamples > 0 {
+		fmt.Fprintf(w, "samples dropped for arriving after their epoch closed: %d\n", s.LateSamples)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VITAL\tSTATE\tTHRESHOLD\tEVENTS\tSAMPLES\tLOST\tDETAIL")
+	for _, v := range s.Vitals {
+		detail := v.Trigger
+		if v.Reason != "" {
+			detail = v.Reason
+		}
+		t := "-"
+		if v.Threshold > 0 {
+			t = fmt.Sprint(v.Threshold)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", v.Name, v.State, t, v.Events, v.Samples, v.Lost, detail)
+	}
+	tw.Flush()
+}
+
+var _ = recorder.Status{}

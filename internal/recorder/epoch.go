@@ -1,0 +1,331 @@
+package recorder
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/holter-dev/holter/internal/sketch"
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/symbol"
+)
+
+// drainGrace lets BPF programs that read the old generation just before the
+// switch finish their update before the old copy is read.
+const drainGrace = 2 * time.Millisecond
+
+// epochState collects one epoch while it is open.
+type epochState struct {
+	gen    uint64
+	number int64
+	start  time.Time
+	// monoToWall converts the kernel's monotonic sample times to UTC.
+	monoToWall int64
+	bpfNs      int64
+	userNs     int64
+	samples    []store.Sample
+	stacks     map[uint64]store.Stack
+	exes       map[string]store.Executable
+	result     *store.Epoch
+}
+
+func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochState {
+	var mono unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+	return &epochState{
+		gen: gen, number: number, start: start,
+		monoToWall: time.Now().UnixNano() - mono.Nano(),
+		bpfNs:      r.bpfRunTime(),
+		userNs:     userCPUTime(),
+		stacks:     map[uint64]store.Stack{},
+		exes:       map[string]store.Executable{},
+	}
+}
+
+// bpfRunTime is the total run time of the recorder's programs so far.
+func (r *Recorder) bpfRunTime() int64 {
+	var total time.Duration
+	for _, a := range r.attached {
+		for _, p := range a.progs {
+			if st, err := p.Stats(); err == nil {
+				total += st.Runtime
+			}
+		}
+	}
+	return int64(total)
+}
+
+func userCPUTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// closeEpoch switches the kernel to the next generation, drains the
+// samples of the finished one and reads its sketches and totals.
+func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
+	end := time.Now()
+	next := r.newEpoch(ep.gen+1, ep.number+1, end)
+	if err := r.writeControl(next.gen); err != nil {
+		return nil, err
+	}
+	time.Sleep(drainGrace)
+	r.reader.SetDeadline(time.Now())
+	for {
+		rec, err := r.reader.Read()
+		if err != nil {
+			break // deadline: the ring is empty
+		}
+		if gen := sampleGen(rec.RawSample); gen == next.gen {
+			r.consume(next, rec.RawSample)
+		} else {
+			r.consume(ep, rec.RawSample)
+		}
+	}
+
+	copyIdx := uint32(ep.gen & 1)
+	res := &store.Epoch{
+		Host: r.cfg.Host, Epoch: ep.number,
+		StartNs: ep.start.UnixNano(), EndNs: end.UnixNano(),
+		MonitorBPFNs:  next.bpfNs - ep.bpfNs,
+		MonitorUserNs: next.userNs - ep.userNs,
+		Samples:       ep.samples,
+	}
+	for _, v := range AllVitals() {
+		if _, ok := r.attached[v]; !ok {
+			continue
+		}
+		sv, err := r.readAndClear(copyIdx, v)
+		if err != nil {
+			return nil, err
+		}
+		res.Vitals = append(res.Vitals, sv)
+		r.setVitalStatus(v, func(s *VitalStatus) {
+			s.Events += sv.Events
+			s.Samples += sv.Samples
+			s.Lost += sv.Lost()
+			s.NoStack += sv.NoStack
+		})
+	}
+	for _, st := range ep.stacks {
+		res.Stacks = append(res.Stacks, st)
+	}
+	for _, x := range ep.exes {
+		res.Executables = append(res.Executables, x)
+	}
+	wall := float64(end.Sub(ep.start)) * float64(r.ncpu)
+	r.mu.Lock()
+	r.status.MonitorCPU = 100 * float64(res.MonitorBPFNs+res.MonitorUserNs) / wall
+	r.mu.Unlock()
+	ep.result = res
+	return next, nil
+}
+
+// readAndClear reads one vital's finished copy and zeroes it for reuse two
+// epochs later.
+func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, error) {
+	key := copyIdx*uint32(numVitals) + uint32(v)
+	per := make([]vitalsHlStats, r.ncpu)
+	if err := r.objs.maps.Stats.Lookup(key, &per); err != nil {
+		return store.Vital{}, fmt.Errorf("read %s totals: %w", v, err)
+	}
+	out := store.Vital{Name: v.String(), Threshold: 1 << r.cfg.Shift}
+	for _, s := range per {
+		out.Events += s.Events
+		out.WeightSum += s.Weight
+		out.Samples += s.Samples
+		out.LostRingbuf += s.LostRingbuf
+		out.LostState += s.LostState
+		out.NoStack += s.NoStack
+	}
+	var h vitalsHca
+	if err := r.objs.maps.Hcas.Lookup(key, &h); err != nil {
+		return store.Vital{}, fmt.Errorf("read %s sketch: %w", v, err)
+	}
+	twin := sketch.HCA{Counters: h.C}
+	out.DistinctLabels = twin.DistinctEstimate()
+
+	if err := r.objs.maps.Stats.Update(key, make([]vitalsHlStats, r.ncpu), ebpf.UpdateExist); err != nil {
+		return store.Vital{}, fmt.Errorf("clear %s totals: %w", v, err)
+	}
+	if err := r.objs.maps.Hcas.Update(key, &vitalsHca{}, ebpf.UpdateExist); err != nil {
+		return store.Vital{}, fmt.Errorf("clear %s sketch: %w", v, err)
+	}
+	return out, nil
+}
+
+const sampleSize = int(unsafe.Sizeof(vitalsHlSample{}))
+
+func sampleGen(raw []byte) uint64 {
+	if len(raw) < 16 {
+		return ^uint64(0)
+	}
+	return *(*uint64)(unsafe.Pointer(&raw[8]))
+}
+
+// consume decodes one ring-buffer record into ep, symbolizing its stacks
+// now, while the process most likely still exists.
+func (r *Recorder) consume(ep *epochState, raw []byte) {
+	if len(raw) < sampleSize {
+		r.countLate()
+		return
+	}
+	var s vitalsHlSample
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize), raw)
+	if s.Gen != ep.gen || s.Vital >= uint32(numVitals) {
+		r.countLate()
+		return
+	}
+	v := Vital(s.Vital)
+	out := store.Sample{
+		TsNs:      int64(s.Ts) + ep.monoToWall,
+		Vital:     v.String(),
+		LabelHash: s.Label,
+		Weight:    uint64(s.Weight),
+		EstCount:  uint64(s.Est),
+		Pid:       s.Pid,
+		Tid:       s.Tid,
+		Uid:       s.Uid,
+		Comm:      cString(s.Comm[:]),
+		Exe:       r.exe(ep, s.Pid, s.ExeIno),
+		Fields:    sampleFields(v, &s),
+	}
+	if n := frames(s.KstackBytes); n > 0 {
+		out.KStackID = ep.addStack(r.kernelStack(s.Kstack[:n]))
+	}
+	if n := frames(s.UstackBytes); n > 0 {
+		out.UStackID = ep.addStack(r.userStack(s.Pid, s.Ustack[:n]))
+	}
+	ep.samples = append(ep.samples, out)
+}
+
+func (r *Recorder) countLate() {
+	r.mu.Lock()
+	r.status.LateSamples++
+	r.mu.Unlock()
+}
+
+func frames(nbytes int32) int {
+	if nbytes <= 0 {
+		return 0
+	}
+	return min(int(nbytes)/8, len(vitalsHlSample{}.Kstack))
+}
+
+func cString(b []int8) string {
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), len(b))
+	if i := bytes.IndexByte(buf, 0); i >= 0 {
+		buf = buf[:i]
+	}
+	return string(buf)
+}
+
+func (r *Recorder) exe(ep *epochState, pid uint32, ino uint64) string {
+	if ino == 0 {
+		return "[kernel]"
+	}
+	path := r.procs.Exe(pid)
+	if path == "" {
+		return "[exited]"
+	}
+	if _, ok := ep.exes[path]; !ok {
+		id, _ := symbol.BuildID(path)
+		ep.exes[path] = store.Executable{Path: path, BuildID: id}
+	}
+	return path
+}
+
+func (ep *epochState) addStack(st store.Stack) uint64 {
+	ep.stacks[st.ID] = st
+	return st.ID
+}
+
+func (r *Recorder) kernelStack(addrs []uint64) store.Stack {
+	fr := make([]symbol.Frame, len(addrs))
+	for i, a := range addrs {
+		if r.kernel != nil {
+			fr[i] = r.kernel.Resolve(a)
+		} else {
+			fr[i] = symbol.Frame{Addr: a}
+		}
+	}
+	return makeStack("kernel", fr)
+}
+
+func (r *Recorder) userStack(pid uint32, addrs []uint64) store.Stack {
+	return makeStack("user", r.procs.Resolve(pid, addrs))
+}
+
+// makeStack keeps function names (offsets would split identical stacks)
+// and identifies the stack by a hash of what it shows.
+func makeStack(kind string, fr []symbol.Frame) store.Stack {
+	st := store.Stack{Kind: kind, Frames: make([]string, len(fr)), Modules: make([]string, len(fr))}
+	h := fnv.New64a()
+	h.Write([]byte(kind))
+	for i, f := range fr {
+		st.Frames[i] = f.Func
+		if f.Func == "" {
+			st.Frames[i] = fmt.Sprintf("0x%x", f.Addr)
+		}
+		st.Modules[i] = f.Module
+		h.Write([]byte{0})
+		h.Write([]byte(st.Frames[i]))
+		h.Write([]byte{1})
+		h.Write([]byte(f.Module))
+	}
+	st.ID = h.Sum64()
+	if st.ID == 0 {
+		st.ID = 1
+	}
+	return st
+}
+
+// sampleFields names the vital-specific fields (bpf/*.bpf.h document f[]).
+func sampleFields(v Vital, s *vitalsHlSample) map[string]any {
+	f := s.F
+	switch v {
+	case CPU:
+		return map[string]any{"ip": f[0], "in_kernel": f[1] != 0}
+	case Sched:
+		return map[string]any{"prio": int32(f[0]), "delay_ns": int64(f[1]), "site": f[2], "preempted": f[3] != 0}
+	case Blck:
+		return map[string]any{"prio": int32(f[0]), "delay_ns": int64(f[1]), "site": f[2], "sleep_state": uint32(f[3])}
+	case Blio:
+		return map[string]any{
+			"dev": fmt.Sprintf("%d:%d", f[0]>>20, f[0]&0xfffff), "sector": f[1],
+			"bytes_requested": f[2], "bytes_completed": f[3], "op": blockOp(f[4]),
+			"latency_ns": int64(f[5]), "error": int32(f[6]), "queue_ns": int64(f[7]),
+		}
+	}
+	return nil
+}
+
+func blockOp(op uint64) string {
+	switch op {
+	case 0:
+		return "read"
+	case 1:
+		return "write"
+	case 2:
+		return "flush"
+	case 3:
+		return "discard"
+	case 5:
+		return "secure_erase"
+	case 9:
+		return "write_zeroes"
+	case 34:
+		return "drv_in"
+	case 35:
+		return "drv_out"
+	}
+	return fmt.Sprintf("op%d", op)
+}

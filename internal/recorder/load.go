@@ -1,0 +1,230 @@
+package recorder
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotSupported marks a vital the running kernel or hardware cannot give.
+var ErrNotSupported = errors.New("not supported on this host")
+
+// ErrPermission is returned when the process may not load BPF programs.
+var ErrPermission = errors.New("permission denied")
+
+// CheckPrivileges reports, before anything is loaded, whether this process
+// can record: it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), which
+// root has.
+func CheckPrivileges() error {
+	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	if has(unix.CAP_SYS_ADMIN) {
+		return nil
+	}
+	var missing []string
+	if !has(unix.CAP_BPF) {
+		missing = append(missing, "CAP_BPF")
+	}
+	if !has(unix.CAP_PERFMON) {
+		missing = append(missing, "CAP_PERFMON")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: recording needs root, or the capabilities %s (missing: %s)",
+			ErrPermission, "CAP_BPF and CAP_PERFMON", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// objects are the BPF maps shared by every vital program.
+type objects struct {
+	maps vitalsMaps
+}
+
+func loadMaps(spec *ebpf.CollectionSpec) (*objects, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	o := &objects{}
+	if err := spec.LoadAndAssign(&o.maps, nil); err != nil {
+		return nil, loadError("load maps", err)
+	}
+	return o, nil
+}
+
+func (o *objects) mapReplacements() map[string]*ebpf.Map {
+	m := o.maps
+	return map[string]*ebpf.Map{
+		vitalsMapControl: m.Control, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
+		vitalsMapSamples: m.Samples, vitalsMapTaskStates: m.TaskStates,
+		vitalsMapInflight: m.Inflight, vitalsMapIoScratch: m.IoScratch,
+	}
+}
+
+func (o *objects) Close() error { return o.maps.Close() }
+
+func loadError(what string, err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%s: rejected by the kernel verifier: %w", what, err)
+	}
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("%s: %w (needs root, or CAP_BPF and CAP_PERFMON; a locked-down kernel may also refuse): %v", what, ErrPermission, err)
+	}
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("%s: %w: %v", what, ErrNotSupported, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// loadProgram loads one program of the collection, sharing the maps.
+func (o *objects) loadProgram(spec *ebpf.CollectionSpec, name string) (*ebpf.Program, error) {
+	ps, ok := spec.Programs[name]
+	if !ok {
+		return nil, fmt.Errorf("program %s missing from the vitals object", name)
+	}
+	one := &ebpf.CollectionSpec{
+		Maps:      spec.Maps,
+		Programs:  map[string]*ebpf.ProgramSpec{name: ps},
+		Variables: spec.Variables,
+		Types:     spec.Types,
+	}
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: o.mapReplacements()})
+	if err != nil {
+		return nil, loadError("load "+name, err)
+	}
+	defer coll.Close()
+	return coll.DetachProgram(name), nil
+}
+
+// attachment is one vital's loaded programs and their links.
+type attachment struct {
+	progs   []*ebpf.Program
+	links   []link.Link
+	perfFDs []int
+	trigger string
+}
+
+func (a *attachment) Close() {
+	for _, l := range a.links {
+		l.Close()
+	}
+	for _, fd := range a.perfFDs {
+		unix.Close(fd)
+	}
+	for _, p := range a.progs {
+		p.Close()
+	}
+}
+
+// attachTracing loads and attaches BTF tracepoint programs.
+func (o *objects) attachTracing(spec *ebpf.CollectionSpec, names ...string) (*attachment, error) {
+	a := &attachment{}
+	for _, name := range names {
+		prog, err := o.loadProgram(spec, name)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		a.progs = append(a.progs, prog)
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			a.Close()
+			return nil, loadError("attach "+name, err)
+		}
+		a.links = append(a.links, l)
+	}
+	return a, nil
+}
+
+// attachCPU samples every online CPU with a perf event: CPU cycles where a
+// PMU exists, else the cpu-clock software event.
+func (o *objects) attachCPU(spec *ebpf.CollectionSpec, hz int) (*attachment, error) {
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+	prog, err := o.loadProgram(spec, vitalsProgVitalCpu)
+	if err != nil {
+		return nil, err
+	}
+	a := &attachment{progs: []*ebpf.Program{prog}}
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample: uint64(1e9 / hz), // ns: the BPF side weighs each sample by its period
+	}
+	a.trigger = fmt.Sprintf("cpu-clock perf event at %d Hz per CPU", hz)
+	if reason := probeHardware(unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_CPU_CYCLES); reason != "" {
+		a.trigger += " (" + reason + ")"
+	}
+	for _, cpu := range cpus {
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			a.Close()
+			return nil, loadError(fmt.Sprintf("perf_event_open cpu-clock on CPU %d", cpu), err)
+		}
+		a.perfFDs = append(a.perfFDs, fd)
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: prog, Attach: ebpf.AttachPerfEvent})
+		if err != nil {
+			a.Close()
+			return nil, loadError(fmt.Sprintf("attach cpu program to CPU %d", cpu), err)
+		}
+		a.links = append(a.links, l)
+	}
+	return a, nil
+}
+
+// probeHardware opens and closes a hardware perf event on CPU 0; it returns
+// "" when the hardware counts it and a reason otherwise.
+func probeHardware(typ uint32, config uint64) string {
+	attr := unix.PerfEventAttr{Type: typ, Config: config, Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{})), Bits: unix.PerfBitDisabled}
+	fd, err := unix.PerfEventOpen(&attr, -1, 0, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return fmt.Sprintf("no hardware PMU counts it: perf_event_open: %v", err)
+	}
+	unix.Close(fd)
+	return ""
+}
+
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("online CPUs: %w", err)
+	}
+	return parseCPUList(strings.TrimSpace(string(b)))
+}
+
+// parseCPUList parses the kernel's CPU list format, e.g. "0-3,6".
+func parseCPUList(s string) ([]int, error) {
+	var cpus []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("parse CPU list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("parse CPU list %q: %w", s, err)
+			}
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}

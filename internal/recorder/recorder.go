@@ -1,0 +1,356 @@
+package recorder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/holter-dev/holter/internal/sketch"
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/symbol"
+)
+
+// Config says what to record; the zero value of a field means its default.
+type Config struct {
+	Host string
+	// Epoch is the collection and durability unit (minimum 1 s).
+	Epoch time.Duration
+	// Vitals to record; nil means every implemented vital.
+	Vitals []Vital
+	// Shift sets the sampling threshold t = 2^Shift for every vital.
+	Shift uint
+	// CPUHz is the cpu vital's sampling frequency per CPU.
+	CPUHz int
+	// SchedMin and BlckMin are the delays that qualify as an event.
+	SchedMin time.Duration
+	BlckMin  time.Duration
+	// FirstEpoch numbers the first epoch (a restarted recorder continues).
+	FirstEpoch int64
+	// Logf receives progress messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Defaults. One minute epochs are what the paper's visualizer resolved and
+// keep the store within its 16 MB/day bar.
+const (
+	DefaultEpoch    = time.Minute
+	MinEpoch        = time.Second
+	DefaultCPUHz    = 99
+	DefaultSchedMin = time.Millisecond
+	DefaultBlckMin  = time.Millisecond
+)
+
+func (c *Config) setDefaults() error {
+	if c.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("host name: %w", err)
+		}
+		c.Host = h
+	}
+	if c.Epoch == 0 {
+		c.Epoch = DefaultEpoch
+	}
+	if c.Epoch < MinEpoch {
+		return fmt.Errorf("epoch %v is shorter than the minimum %v", c.Epoch, MinEpoch)
+	}
+	if c.Vitals == nil {
+		c.Vitals, _ = ParseVitals("all")
+	}
+	if c.Shift == 0 {
+		c.Shift = sketch.DefaultShift
+	}
+	if c.Shift > 16 {
+		return fmt.Errorf("threshold 2^%d is too large (at most 2^16)", c.Shift)
+	}
+	if c.CPUHz == 0 {
+		c.CPUHz = DefaultCPUHz
+	}
+	if c.CPUHz < 1 || c.CPUHz > 10000 {
+		return fmt.Errorf("cpu sampling frequency %d Hz out of range 1..10000", c.CPUHz)
+	}
+	if c.SchedMin == 0 {
+		c.SchedMin = DefaultSchedMin
+	}
+	if c.BlckMin == 0 {
+		c.BlckMin = DefaultBlckMin
+	}
+	if c.FirstEpoch == 0 {
+		c.FirstEpoch = 1
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// VitalStatus is what the recorder says about one vital.
+type VitalStatus struct {
+	Name      string `json:"name"`
+	State     string `json:"state"` // recording, disabled, unsupported, not implemented
+	Reason    string `json:"reason,omitempty"`
+	Trigger   string `json:"trigger,omitempty"`
+	Unit      string `json:"unit"`
+	Threshold uint64 `json:"threshold,omitempty"`
+	// Totals since the recorder started.
+	Events  uint64 `json:"events"`
+	Samples uint64 `json:"samples"`
+	Lost    uint64 `json:"lost"`
+	NoStack uint64 `json:"no_stack"`
+}
+
+// Status is a snapshot of the recorder.
+type Status struct {
+	Host          string        `json:"host"`
+	Started       time.Time     `json:"started"`
+	Epoch         string        `json:"epoch_length"`
+	CurrentEpoch  int64         `json:"current_epoch"`
+	LastCommitted int64         `json:"last_committed_epoch"`
+	LateSamples   uint64        `json:"late_samples"`
+	MonitorCPU    float64       `json:"monitor_cpu_percent_last_epoch"`
+	Vitals        []VitalStatus `json:"vitals"`
+}
+
+// Recorder owns the BPF objects of the vital signs.
+type Recorder struct {
+	cfg     Config
+	spec    *ebpf.CollectionSpec
+	objs    *objects
+	attached map[Vital]*attachment
+	reader  *ringbuf.Reader
+	statsOn interface{ Close() error }
+	kernel  *symbol.Kernel
+	procs   *symbol.Resolver
+	ncpu    int
+
+	mu     sync.Mutex
+	status Status
+}
+
+// New loads the BPF programs of cfg's vitals and attaches them; recording
+// into the sketches starts with Run.
+func New(cfg Config) (*Recorder, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := CheckPrivileges(); err != nil {
+		return nil, err
+	}
+	spec, err := loadVitals()
+	if err != nil {
+		return nil, fmt.Errorf("load vitals object: %w", err)
+	}
+	objs, err := loadMaps(spec)
+	if err != nil {
+		return nil, err
+	}
+	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{},
+		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc")}
+	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String()}
+	for _, v := range AllVitals() {
+		r.status.Vitals = append(r.status.Vitals, VitalStatus{Name: v.String(), State: "disabled", Unit: v.Unit()})
+	}
+	if r.kernel, err = symbol.LoadKernel("/proc/kallsyms"); err != nil {
+		cfg.Logf("kernel symbols unavailable, kernel frames keep their addresses: %v", err)
+	}
+	// Per-program run time is how the recorder measures its in-kernel cost.
+	if closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
+		r.statsOn = closer
+	} else {
+		cfg.Logf("BPF run-time statistics unavailable, monitor cost excludes BPF time: %v", err)
+	}
+	if err := r.writeControl(0); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if r.reader, err = ringbuf.NewReader(objs.maps.Samples); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("open sample ring buffer: %w", err)
+	}
+	for _, v := range cfg.Vitals {
+		if err := r.enable(v); err != nil {
+			if errors.Is(err, ErrPermission) {
+				r.Close()
+				return nil, err
+			}
+			cfg.Logf("%s: %v", v, err)
+		}
+	}
+	if len(r.attached) == 0 {
+		r.Close()
+		return nil, errors.New("no vital could be recorded on this host (see the messages above)")
+	}
+	r.describeUnsupported()
+	return r, nil
+}
+
+func (r *Recorder) setVitalStatus(v Vital, f func(*VitalStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.status.Vitals[v])
+}
+
+// describeUnsupported fills in why the vitals that are not recorded are not.
+func (r *Recorder) describeUnsupported() {
+	for _, v := range AllVitals() {
+		if _, ok := r.attached[v]; ok {
+			continue
+		}
+		switch {
+		case v == L2:
+			reason := probeHardware(unix.PERF_TYPE_HW_CACHE,
+				unix.PERF_COUNT_HW_CACHE_LL|unix.PERF_COUNT_HW_CACHE_OP_READ<<8|unix.PERF_COUNT_HW_CACHE_RESULT_MISS<<16)
+			if reason != "" {
+				r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "unsupported", reason })
+				continue
+			}
+			fallthrough
+		case !vitalInfos[v].implemented:
+			r.setVitalStatus(v, func(s *VitalStatus) {
+				s.State, s.Reason = "not implemented", "this version records cpu, sched, blck and blio"
+			})
+		}
+	}
+}
+
+// enable loads and attaches one vital.
+func (r *Recorder) enable(v Vital) error {
+	if !vitalInfos[v].implemented {
+		r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "not implemented", "this version records cpu, sched, blck and blio" })
+		return fmt.Errorf("%w: not implemented in this version", ErrNotSupported)
+	}
+	var a *attachment
+	var err error
+	switch v {
+	case CPU:
+		a, err = r.objs.attachCPU(r.spec, r.cfg.CPUHz)
+	case Sched, Blck:
+		if other, ok := r.attached[Sched+Blck-v]; ok { // they share the context-switch programs
+			a = &attachment{trigger: other.trigger}
+		} else {
+			a, err = r.objs.attachTracing(r.spec, vitalsProgVitalSchedWakeup, vitalsProgVitalSchedWakeupNew, vitalsProgVitalSchedSwitch)
+			if a != nil {
+				a.trigger = "tp_btf sched_wakeup, sched_wakeup_new, sched_switch"
+			}
+		}
+	case Blio:
+		a, err = r.objs.attachTracing(r.spec, vitalsProgVitalBlioInsert, vitalsProgVitalBlioIssue, vitalsProgVitalBlioComplete)
+		if a != nil {
+			a.trigger = "tp_btf block_rq_insert, block_rq_issue, block_rq_complete"
+		}
+	}
+	if err != nil {
+		r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "unsupported", err.Error() })
+		return err
+	}
+	r.attached[v] = a
+	r.setVitalStatus(v, func(s *VitalStatus) {
+		s.State, s.Reason, s.Trigger, s.Threshold = "recording", "", a.trigger, 1<<r.cfg.Shift
+	})
+	return nil
+}
+
+// writeControl publishes the configuration and the epoch generation gen.
+func (r *Recorder) writeControl(gen uint64) error {
+	var ctl vitalsHlControl
+	ctl.Gen = gen
+	ctl.Seed[0], ctl.Seed[1] = rand.Uint64(), rand.Uint64()
+	for i := range ctl.Shift {
+		ctl.Shift[i] = uint32(r.cfg.Shift)
+	}
+	for v := range r.attached {
+		ctl.Enabled |= 1 << v
+	}
+	ctl.SchedMinNs = uint64(r.cfg.SchedMin)
+	ctl.BlckMinNs = uint64(r.cfg.BlckMin)
+	if err := r.objs.maps.Control.Update(uint32(0), &ctl, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write recorder control: %w", err)
+	}
+	return nil
+}
+
+// Status returns a snapshot of what is being recorded.
+func (r *Recorder) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.status
+	s.Vitals = append([]VitalStatus(nil), r.status.Vitals...)
+	return s
+}
+
+// Close detaches every program and frees the maps.
+func (r *Recorder) Close() error {
+	for _, a := range r.attached {
+		a.Close()
+	}
+	r.attached = map[Vital]*attachment{}
+	if r.reader != nil {
+		r.reader.Close()
+	}
+	if r.statsOn != nil {
+		r.statsOn.Close()
+	}
+	return r.objs.Close()
+}
+
+// Run records epochs until ctx ends, handing each finished epoch to sink.
+// The epoch in progress when ctx ends is finished and handed over too. An
+// error from sink stops the recorder.
+func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.reader.Flush() // wakes the read below
+		case <-done:
+		}
+	}()
+	if err := r.writeControl(0); err != nil { // now with the attached vitals enabled
+		return err
+	}
+	ep := r.newEpoch(0, r.cfg.FirstEpoch, time.Now())
+	var rec ringbuf.Record
+	for {
+		boundary := ep.start.Add(r.cfg.Epoch)
+		r.reader.SetDeadline(boundary)
+		for {
+			err := r.reader.ReadInto(&rec)
+			if err == nil {
+				r.consume(ep, rec.RawSample)
+				continue
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
+				break
+			}
+			return fmt.Errorf("read samples: %w", err)
+		}
+		stopping := ctx.Err() != nil
+		if !stopping && time.Now().Before(boundary) {
+			continue
+		}
+		next, err := r.closeEpoch(ep)
+		if err != nil {
+			return err
+		}
+		if err := sink(ep.result); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.status.LastCommitted = ep.result.Epoch
+		r.status.CurrentEpoch = next.number
+		r.mu.Unlock()
+		if stopping {
+			return nil
+		}
+		ep = next
+	}
+}

@@ -1,0 +1,146 @@
+// Package server is holter's HTTP API: what the CLI and the web UI use to
+// reach a running recorder. It listens on loopback unless told otherwise,
+// and then only with a token.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// Querier answers read-only SQL; *store.Store is one.
+type Querier interface {
+	Query(ctx context.Context, sql string) (*store.Result, error)
+}
+
+// Options configures a Server.
+type Options struct {
+	Addr  string // host:port; loopback unless Token is set
+	Token string
+	Store Querier
+	// Status reports the recorder; nil when serving a stored recording.
+	Status func() recorder.Status
+}
+
+// Server is a running API server.
+type Server struct {
+	http *http.Server
+	ln   net.Listener
+}
+
+// MaxQueryBytes bounds a query's text.
+const MaxQueryBytes = 1 << 20
+
+// Listen checks the address policy and binds.
+func Listen(opts Options) (*Server, error) {
+	host, _, err := net.SplitHostPort(opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api address %q: %w", opts.Addr, err)
+	}
+	if !isLoopback(host) && opts.Token == "" {
+		return nil, fmt.Errorf("api address %q is not loopback: give a token (--token) to listen there", opts.Addr)
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api listen on %s: %w", opts.Addr, err)
+	}
+	mux := http.NewServeMux()
+	s := &Server{ln: ln, http: &http.Server{Handler: withToken(opts.Token, mux), ReadHeaderTimeout: 10 * time.Second}}
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
+		if opts.Status == nil {
+			writeError(w, http.StatusNotFound, "no recorder: this server shows a stored recording")
+			return
+		}
+		writeJSON(w, http.StatusOK, opts.Status())
+	})
+	query := func(w http.ResponseWriter, r *http.Request, q string) {
+		if strings.TrimSpace(q) == "" {
+			writeError(w, http.StatusBadRequest, "missing query: pass it as q= or as the request body")
+			return
+		}
+		res, err := opts.Store.Query(r.Context(), q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+	mux.HandleFunc("GET /api/query", func(w http.ResponseWriter, r *http.Request) {
+		query(w, r, r.URL.Query().Get("q"))
+	})
+	mux.HandleFunc("POST /api/query", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxQueryBytes+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "read query: "+err.Error())
+			return
+		}
+		if len(body) > MaxQueryBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("query longer than %d bytes", MaxQueryBytes))
+			return
+		}
+		query(w, r, string(body))
+	})
+	return s, nil
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve serves until Shutdown.
+func (s *Server) Serve() error {
+	if err := s.http.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops the server, letting requests in flight finish.
+func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func withToken(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, http.StatusUnauthorized, "missing or wrong token (Authorization: Bearer TOKEN)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// Error is the body of every 4xx/5xx answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, Error{Error: msg})
+}

@@ -1,0 +1,498 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+		"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/duckdb/duckdb-go/v2"
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "holter.duckdb"
+
+// ErrLocked is returned when another process holds the store for writing.
+var ErrLocked = errors.New("store is locked by another process")
+
+// Options tunes Open; nil means defaults (read-write).
+type Options struct {
+	// ReadOnly opens an existing store without taking the writer's lock.
+	ReadOnly bool
+}
+
+// Store is an open holter database.
+type Store struct {
+	db       *sql.DB
+	path     string
+	readOnly bool
+
+	mu          sync.Mutex
+	knownStacks map[uint64]struct{}
+	knownExes   map[string]struct{}
+}
+
+// Open opens (creating if needed and not read-only) the store in dir.
+// An existing file is never overwritten: if it cannot be opened the error
+// says so and the file is left as it was.
+func Open(dir string, opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	path := filepath.Join(dir, FileName)
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("open store: no recording in %s: %w", dir, err)
+		}
+	} else if err := checkWritableDir(dir); err != nil {
+		return nil, err
+	}
+	existed := fileHasData(path)
+
+	dsn := path
+	if opts.ReadOnly {
+		dsn += "?access_mode=READ_ONLY"
+	}
+	connector, err := duckdb.NewConnector(dsn, nil)
+	if err != nil {
+		return nil, openError(path, existed, err)
+	}
+	db := sql.OpenDB(connector)
+	// A few connections, so a long user query does not hold up a commit.
+	db.SetMaxOpenConns(4)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, openError(path, existed, err)
+	}
+	s := &Store{db: db, path: path, readOnly: opts.ReadOnly,
+		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}}
+	if !opts.ReadOnly {
+		if err := s.migrate(existed); err != nil {
+			db.Close()
+			return nil, err
+		}
+		if err := s.loadKnown(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	} else if err := s.checkVersion(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	// Queries that users send must not reach files or the network.
+	for _, stmt := range []string{
+		"SET enable_external_access = false",
+		"SET lock_configuration = true",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open store: %s: %w", stmt, err)
+		}
+	}
+	return s, nil
+}
+
+func fileHasData(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Size() > 0
+}
+
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("data directory %s cannot be created: %w", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".write-probe-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s is not writable: %w", dir, err)
+	}
+	name := probe.Name()
+	probe.Close()
+	return os.Remove(name)
+}
+
+func openError(path string, existed bool, err error) error {
+	if isLockConflict(err) {
+		return fmt.Errorf("open store %s: %w: %v", path, ErrLocked, err)
+	}
+	if existed {
+		return fmt.Errorf("open store %s: the file exists but cannot be opened as a holter store; it was left untouched (move it away to start a new recording): %w", path, err)
+	}
+	return fmt.Errorf("open store %s: %w", path, err)
+}
+
+// isLockConflict tells DuckDB's "file is locked" failure from others. DuckDB
+// reports it only as text, so the lock file itself is probed instead.
+func isLockConflict(err error) bool {
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeIO {
+		return strings.Contains(de.Msg, "lock")
+	}
+	return false
+}
+
+func (s *Store) migrate(existed bool) error {
+	if existed {
+		if err := s.checkVersion(); err != nil {
+			return err
+		}
+	}
+	tx, err := s.db.Begin()
+	if err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	defer tx.Rollback()
+	for _, stmt := range schema {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("migrate store: %w", err)
+		}
+	}
+	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)`, fmt.Sprint(schemaVersion)); err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	return tx.Commit()
+}
+
+// loadKnown remembers which stacks and executables the store holds, so an
+// epoch writes only new ones.
+func (s *Store) loadKnown() error {
+	rows, err := s.db.Query(`SELECT stack_id FROM stacks`)
+	if err != nil {
+		return fmt.Errorf("open store: read stacks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("open store: read stacks: %w", err)
+		}
+		s.knownStacks[id] = struct{}{}
+	}
+	xs, err := s.db.Query(`SELECT path FROM executables`)
+	if err != nil {
+		return fmt.Errorf("open store: read executables: %w", err)
+	}
+	defer xs.Close()
+	for xs.Next() {
+		var p string
+		if err := xs.Scan(&p); err != nil {
+			return fmt.Errorf("open store: read executables: %w", err)
+		}
+		s.knownExes[p] = struct{}{}
+	}
+	return errors.Join(rows.Err(), xs.Err())
+}
+
+func (s *Store) checkVersion() error {
+	var v string
+	err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v)
+	if err != nil {
+		return fmt.Errorf("open store %s: not a holter store (no schema version): %w", s.path, err)
+	}
+	if v != fmt.Sprint(schemaVersion) {
+		return fmt.Errorf("open store %s: schema version %s, this holter reads version %d", s.path, v, schemaVersion)
+	}
+	return nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database; committed epochs are durable already.
+func (s *Store) Close() error { return s.db.Close() }
+
+// NextEpoch returns the number the next epoch of host should get: one past
+// the last committed, so a restarted recorder continues the sequence.
+func (s *Store) NextEpoch(ctx context.Context, host string) (int64, error) {
+	var last sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, `SELECT max(epoch) FROM epochs WHERE host = ?`, host).Scan(&last); err != nil {
+		return 0, fmt.Errorf("next epoch: %w", err)
+	}
+	return last.Int64 + 1, nil
+}
+
+// Epoch is everything one epoch adds to the store.
+type Epoch struct {
+	Host          string
+	Epoch         int64
+	StartNs       int64
+	EndNs         int64
+	MonitorBPFNs  int64
+	MonitorUserNs int64
+	Vitals        []Vital
+	Samples       []Sample
+	Stacks        []Stack
+	Executables   []Executable
+}
+
+// Vital is one vital sign's summary for one epoch.
+type Vital struct {
+	Name           string
+	Events         uint64
+	WeightSum      uint64
+	Samples        uint64
+	DistinctLabels float64
+	Threshold      uint64
+	LostRingbuf    uint64
+	LostState      uint64
+	NoStack        uint64
+}
+
+// Lost is what this vital missed in the epoch.
+func (v Vital) Lost() uint64 { return v.LostRingbuf + v.LostState }
+
+// Sample is one sampled event. Fields holds the vital-specific columns of
+// the samples table by name (see SampleFields); absent ones are NULL.
+type Sample struct {
+	TsNs      int64
+	Vital     string
+	LabelHash uint64
+	Weight    uint64
+	EstCount  uint64
+	Pid       uint32
+	Tid       uint32
+	Uid       uint32
+	Comm      string
+	Exe       string
+	KStackID  uint64 // 0: none
+	UStackID  uint64 // 0: none
+	Fields    map[string]any
+}
+
+// SampleFields are the vital-specific columns of the samples table.
+var SampleFields = []string{"ip", "in_kernel", "prio", "delay_ns", "site", "preempted",
+	"sleep_state", "dev", "sector", "bytes_requested", "bytes_completed", "op",
+	"latency_ns", "queue_ns", "error"}
+
+// Stack is a symbolized stack, deduplicated by ID across the store.
+type Stack struct {
+	ID      uint64
+	Kind    string // "kernel" or "user"
+	Frames  []string
+	Modules []string
+}
+
+// Executable maps a path to its build id.
+type Executable struct {
+	Path    string
+	BuildID string
+}
+
+func nullID(id uint64) driver.Value {
+	if id == 0 {
+		return nil
+	}
+	return id
+}
+
+// WriteEpoch commits one epoch in a single transaction.
+func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
+	if s.readOnly {
+		return errors.New("write epoch: store is open read-only")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	newStacks, newExes, err := s.writeEpoch(ctx, conn, e)
+	if err != nil {
+		if _, rbErr := conn.ExecContext(context.Background(), "ROLLBACK"); rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+		}
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
+	}
+	for _, id := range newStacks {
+		s.knownStacks[id] = struct{}{}
+	}
+	for _, p := range newExes {
+		s.knownExes[p] = struct{}{}
+	}
+	return nil
+}
+
+// writeEpoch does the writes of WriteEpoch inside its transaction. Bulk
+// rows go through DuckDB's appender, which is two orders of magnitude
+// faster than INSERT statements and joins the connection's transaction.
+func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newStacks []uint64, newExes []string, err error) {
+	var lost int64
+	for _, v := range e.Vitals {
+		lost += int64(v.Lost())
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO epochs VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.Host, e.Epoch, e.StartNs, e.EndNs, int64(len(e.Samples)), lost, e.MonitorBPFNs, e.MonitorUserNs); err != nil {
+		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	for _, x := range e.Executables {
+		if _, ok := s.knownExes[x.Path]; ok {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, `INSERT OR REPLACE INTO executables VALUES (?, ?)`, x.Path, x.BuildID); err != nil {
+			return nil, nil, fmt.Errorf("write epoch %d executables: %w", e.Epoch, err)
+		}
+		newExes = append(newExes, x.Path)
+	}
+	err = conn.Raw(func(dc any) error {
+		dconn, ok := dc.(driver.Conn)
+		if !ok {
+			return errors.New("unexpected driver connection")
+		}
+		err := appendRows(dconn, "vitals", len(e.Vitals), func(i int) []driver.Value {
+			v := e.Vitals[i]
+			return []driver.Value{e.Host, e.Epoch, v.Name, v.Events, v.WeightSum, v.Samples, v.DistinctLabels,
+				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack}
+		})
+		if err != nil {
+			return err
+		}
+		var fresh []Stack
+		for _, st := range e.Stacks {
+			if _, ok := s.knownStacks[st.ID]; !ok {
+				fresh = append(fresh, st)
+				newStacks = append(newStacks, st.ID)
+			}
+		}
+		err = appendRows(dconn, "stacks", len(fresh), func(i int) []driver.Value {
+			st := fresh[i]
+			return []driver.Value{st.ID, st.Kind, st.Frames, st.Modules}
+		})
+		if err != nil {
+			return err
+		}
+		return appendRows(dconn, "samples", len(e.Samples), func(i int) []driver.Value {
+			sm := e.Samples[i]
+			row := make([]driver.Value, 0, 14+len(SampleFields))
+			row = append(row, e.Host, e.Epoch, sm.TsNs, sm.Vital, sm.LabelHash, sm.Weight, sm.EstCount,
+				sm.Pid, sm.Tid, sm.Uid, sm.Comm, sm.Exe, nullID(sm.KStackID), nullID(sm.UStackID))
+			for _, f := range SampleFields {
+				row = append(row, sm.Fields[f])
+			}
+			return row
+		})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	return newStacks, newExes, nil
+}
+
+func appendRows(conn driver.Conn, table string, n int, row func(int) []driver.Value) error {
+	if n == 0 {
+		return nil
+	}
+	a, err := duckdb.NewAppenderFromConn(conn, "", table)
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", table, err)
+	}
+	for i := 0; i < n; i++ {
+		if err := a.AppendRow(row(i)...); err != nil {
+			a.Close()
+			return fmt.Errorf("append to %s: %w", table, err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		return fmt.Errorf("append to %s: %w", table, err)
+	}
+	return nil
+}
+
+// Result is the answer to a query.
+type Result struct {
+	Columns   []string `json:"columns"`
+	Types     []string `json:"types"`
+	Rows      [][]any  `json:"rows"`
+	Truncated bool     `json:"truncated,omitempty"`
+}
+
+// MaxRows bounds what one query returns; the result says when it was cut.
+const MaxRows = 100_000
+
+// ErrNotReadOnly is returned for a statement that is not a query.
+var ErrNotReadOnly = errors.New("only read-only queries (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, SUMMARIZE) are allowed")
+
+// Query runs one read-only statement.
+func (s *Store) Query(ctx context.Context, query string) (*Result, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.Raw(func(dc any) error { return checkReadOnly(ctx, dc, query) }); err != nil {
+		return nil, err
+	}
+	rows, err := conn.QueryContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	defer rows.Close()
+	cols, err := rows.ColumnTypes()
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	res := &Result{Rows: [][]any{}}
+	for _, c := range cols {
+		res.Columns = append(res.Columns, c.Name())
+		res.Types = append(res.Types, c.DatabaseTypeName())
+	}
+	for rows.Next() {
+		if len(res.Rows) == MaxRows {
+			res.Truncated = true
+			break
+		}
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("query: %w", err)
+		}
+		res.Rows = append(res.Rows, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	return res, nil
+}
+
+var readOnlyTypes = map[duckdb.StmtType]bool{
+	duckdb.STATEMENT_TYPE_SELECT:  true,
+	duckdb.STATEMENT_TYPE_EXPLAIN: true,
+}
+
+func checkReadOnly(ctx context.Context, dc any, query string) error {
+	conn, ok := dc.(driver.ConnPrepareContext)
+	if !ok {
+		return errors.New("query: driver cannot prepare statements")
+	}
+	stmt, err := conn.PrepareContext(ctx, query)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	defer stmt.Close()
+	ds, ok := stmt.(*duckdb.Stmt)
+	if !ok {
+		return errors.New("query: unexpected statement type")
+	}
+	t, err := ds.StatementType()
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if !readOnlyTypes[t] {
+		return fmt.Errorf("query: %w", ErrNotReadOnly)
+	}
+	return nil
+}
+

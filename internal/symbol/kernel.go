@@ -1,0 +1,183 @@
+package symbol
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ErrAddressesHidden is returned by LoadKernel when every address in the kallsyms file is zero, which is
+// what the kernel shows to readers without CAP_SYSLOG or when kernel.kptr_restrict forbids it.
+var ErrAddressesHidden = errors.New("kallsyms addresses are hidden (need root and kernel.kptr_restrict < 2)")
+
+// coreModule is the Module reported for symbols of the core kernel image.
+const coreModule = "vmlinux"
+
+// maxKernelTail bounds the extent of a symbol that is the last one of its module (or of the whole table),
+// since kallsyms gives no sizes and there is no following symbol to end it.
+const maxKernelTail = 64 << 10
+
+// Kernel resolves kernel addresses from a kallsyms file (normally /proc/kallsyms; root sees real addresses).
+// It is immutable after LoadKernel and safe for concurrent use.
+type Kernel struct {
+	syms []ksym // sorted by addr, one entry per address
+}
+
+type ksym struct {
+	addr   uint64
+	end    uint64 // exclusive
+	name   string
+	module string
+	text   bool
+	rank   int // preference among symbols sharing an address; lower wins
+}
+
+// LoadKernel reads and indexes a kallsyms file.
+func LoadKernel(path string) (*Kernel, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open kallsyms: %w", err)
+	}
+	defer f.Close()
+	k, err := parseKallsyms(f)
+	if err != nil {
+		return nil, fmt.Errorf("load kallsyms %s: %w", path, err)
+	}
+	return k, nil
+}
+
+func parseKallsyms(r io.Reader) (*Kernel, error) {
+	modules := map[string]string{coreModule: coreModule}
+	var syms []ksym
+	nonzero := false
+	br := bufio.NewReaderSize(r, 1<<16)
+	for lineNo := 1; ; lineNo++ {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			s, ok, perr := parseKallsymsLine(strings.TrimRight(line, "\n"), modules)
+			if perr != nil {
+				return nil, fmt.Errorf("line %d: %w", lineNo, perr)
+			}
+			if ok {
+				if s.addr != 0 {
+					nonzero = true
+				}
+				syms = append(syms, s)
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+	}
+	if len(syms) == 0 {
+		return nil, errors.New("no symbols")
+	}
+	if !nonzero {
+		return nil, ErrAddressesHidden
+	}
+
+	sort.SliceStable(syms, func(i, j int) bool {
+		if syms[i].addr != syms[j].addr {
+			return syms[i].addr < syms[j].addr
+		}
+		return syms[i].rank < syms[j].rank
+	})
+	// Keep the preferred symbol per address.
+	out := syms[:0]
+	for _, s := range syms {
+		if len(out) > 0 && out[len(out)-1].addr == s.addr {
+			continue
+		}
+		out = append(out, s)
+	}
+	syms = out
+	for i := range syms {
+		s := &syms[i]
+		s.end = s.addr + maxKernelTail
+		if s.end < s.addr { // overflow at the top of the address space
+			s.end = ^uint64(0)
+		}
+		if i+1 < len(syms) {
+			next := syms[i+1]
+			if next.module == s.module || next.addr < s.end {
+				s.end = next.addr
+			}
+		}
+	}
+	return &Kernel{syms: syms}, nil
+}
+
+// parseKallsymsLine parses "ffffffff81000000 T name" or "ffffffffc0001000 t name\t[module]".
+// ok is false for lines that are well formed but carry nothing useful (blank lines).
+func parseKallsymsLine(line string, modules map[string]string) (ksym, bool, error) {
+	if strings.TrimSpace(line) == "" {
+		return ksym{}, false, nil
+	}
+	addrStr, rest, ok := strings.Cut(line, " ")
+	if !ok {
+		return ksym{}, false, errors.New("missing symbol type")
+	}
+	addr, err := strconv.ParseUint(addrStr, 16, 64)
+	if err != nil {
+		return ksym{}, false, fmt.Errorf("bad address: %w", err)
+	}
+	typ, name, ok := strings.Cut(rest, " ")
+	if !ok || len(typ) != 1 || name == "" {
+		return ksym{}, false, errors.New("malformed symbol")
+	}
+	module := coreModule
+	if n, mod, ok := strings.Cut(name, "\t"); ok {
+		name = n
+		mod = strings.TrimSpace(mod)
+		mod = strings.TrimSuffix(strings.TrimPrefix(mod, "["), "]")
+		if mod != "" {
+			if m, seen := modules[mod]; seen {
+				mod = m
+			} else {
+				modules[mod] = mod
+			}
+			module = mod
+		}
+	}
+	s := ksym{addr: addr, name: name, module: module, rank: 100}
+	switch typ[0] {
+	case 'T':
+		s.text, s.rank = true, 0
+	case 'W':
+		s.text, s.rank = true, 1
+	case 't':
+		s.text, s.rank = true, 2
+	case 'w':
+		s.text, s.rank = true, 3
+	}
+	return s, true, nil
+}
+
+// Resolve returns the text symbol containing addr. Addresses outside any text symbol give a Frame with
+// only Addr set.
+func (k *Kernel) Resolve(addr uint64) Frame {
+	f := Frame{Addr: addr}
+	if k == nil {
+		return f
+	}
+	i := sort.Search(len(k.syms), func(i int) bool { return k.syms[i].addr > addr }) - 1
+	if i < 0 {
+		return f
+	}
+	s := &k.syms[i]
+	if !s.text || addr >= s.end {
+		return f
+	}
+	f.Func = s.name
+	f.Offset = addr - s.addr
+	f.Module = s.module
+	return f
+}

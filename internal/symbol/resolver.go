@@ -1,0 +1,344 @@
+package symbol
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+const (
+	// maxProcesses bounds the per-process cache of parsed memory maps.
+	maxProcesses = 4096
+	// maxELFFiles bounds the cache of parsed ELF symbol tables.
+	maxELFFiles = 512
+	// defaultRereadInterval is the minimum time between two re-reads of the maps of one process
+	// triggered by unmapped addresses. It keeps garbage frames (common with frame-pointer unwinding
+	// through code built without frame pointers) from re-reading the maps on every stack.
+	defaultRereadInterval = 50 * time.Millisecond
+)
+
+var (
+	errProcessChanged = errors.New("process changed while reading")
+	errInodeMismatch  = errors.New("file at mapped path is not the mapped file")
+	errDeleted        = errors.New("mapped file is deleted")
+)
+
+// Resolver resolves user-space addresses of processes via /proc/PID/maps and the ELF symbol tables
+// of the mapped files (executables and shared libraries). It is safe for concurrent use.
+type Resolver struct {
+	procRoot       string
+	rereadInterval time.Duration
+
+	mu    sync.Mutex // guards procs and elfs
+	procs *lru[uint32, *process]
+	elfs  *lru[string, *elfEntry]
+
+	// parses counts ELF symbol tables parsed; tests use it to check the build id cache.
+	parses atomic.Int64
+}
+
+// process is the cached view of one process, identified by pid and start time.
+type process struct {
+	pid   uint32
+	start uint64 // field 22 of /proc/PID/stat
+
+	mu       sync.Mutex // guards the fields below and the lazy fields of maps
+	loaded   bool
+	exe      string
+	maps     []*mapping // sorted by start
+	lastRead time.Time
+}
+
+// elfEntry is one slot of the ELF cache; once makes concurrent users of the same file parse it once.
+type elfEntry struct {
+	once sync.Once
+	obj  *elfObject
+	err  error
+}
+
+// NewResolver returns a Resolver reading process information below procRoot (normally "/proc").
+func NewResolver(procRoot string) *Resolver {
+	return &Resolver{
+		procRoot:       procRoot,
+		rereadInterval: defaultRereadInterval,
+		procs:          newLRU[uint32, *process](maxProcesses),
+		elfs:           newLRU[string, *elfEntry](maxELFFiles),
+	}
+}
+
+// Resolve symbolizes addrs for process pid (the thread group id). It never fails: frames that cannot be
+// resolved have an empty Func, and all frames of a process that no longer exists have neither Func nor
+// Module. The result has one Frame per address, in the same order.
+func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
+	frames := make([]Frame, len(addrs))
+	for i, a := range addrs {
+		frames[i].Addr = a
+	}
+	if len(addrs) == 0 {
+		return frames
+	}
+	p := r.process(pid)
+	if p == nil {
+		return frames
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := r.ensureLoaded(p); err != nil {
+		r.forget(p)
+		return frames
+	}
+	reread := false
+	for i, a := range addrs {
+		m := findMapping(p.maps, a)
+		if m == nil && !reread && plausibleUserAddr(a) && time.Since(p.lastRead) >= r.rereadInterval {
+			// The process may have mapped something since the maps were cached.
+			reread = true
+			if err := r.reload(p); err != nil {
+				r.forget(p)
+				for j := range frames {
+					frames[j] = Frame{Addr: addrs[j]}
+				}
+				return frames
+			}
+			m = findMapping(p.maps, a)
+		}
+		if m != nil {
+			frames[i] = r.resolveIn(p, m, a)
+		}
+	}
+	return frames
+}
+
+// Exe returns the executable path of pid (readlink procRoot/PID/exe), "" if unknown; it is cached with
+// the process.
+func (r *Resolver) Exe(pid uint32) string {
+	p := r.process(pid)
+	if p == nil {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := r.ensureLoaded(p); err != nil {
+		r.forget(p)
+		return ""
+	}
+	return p.exe
+}
+
+// plausibleUserAddr filters out addresses that can never be mapped in user space (NULL page, kernel
+// half), so that they do not trigger a re-read of the maps.
+func plausibleUserAddr(a uint64) bool {
+	return a >= 4096 && a < 1<<63
+}
+
+func (r *Resolver) pidDir(pid uint32) string {
+	return filepath.Join(r.procRoot, strconv.FormatUint(uint64(pid), 10))
+}
+
+// process returns the cache entry of the live process pid, replacing an entry left by an earlier
+// process with the same pid. It returns nil if the process does not exist.
+func (r *Resolver) process(pid uint32) *process {
+	start, err := readStartTime(r.procRoot, pid)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.procs.remove(pid)
+		return nil
+	}
+	if p, ok := r.procs.get(pid); ok && p.start == start {
+		return p
+	}
+	p := &process{pid: pid, start: start}
+	r.procs.add(pid, p)
+	return p
+}
+
+// forget drops p from the process cache if it is still the cached entry for its pid.
+func (r *Resolver) forget(p *process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.procs.get(p.pid); ok && cur == p {
+		r.procs.remove(p.pid)
+	}
+}
+
+// ensureLoaded reads the maps and executable of p on first use. p.mu must be held.
+func (r *Resolver) ensureLoaded(p *process) error {
+	if p.loaded {
+		return nil
+	}
+	return r.reload(p)
+}
+
+// reload (re)reads the maps of p, keeping already loaded ELF objects of unchanged mappings.
+// p.mu must be held.
+func (r *Resolver) reload(p *process) error {
+	maps, err := readMaps(r.procRoot, p.pid)
+	if err != nil {
+		return err
+	}
+	exe := p.exe
+	if !p.loaded {
+		exe = r.readExe(p.pid)
+	}
+	// The pid may have been recycled while the files were read.
+	start, err := readStartTime(r.procRoot, p.pid)
+	if err != nil {
+		return err
+	}
+	if start != p.start {
+		return fmt.Errorf("reload %d: %w", p.pid, errProcessChanged)
+	}
+	for _, m := range maps {
+		if old := findMapping(p.maps, m.start); old != nil && old.sameAs(m) {
+			m.loaded, m.obj = old.loaded, old.obj
+		}
+	}
+	p.maps, p.exe, p.loaded, p.lastRead = maps, exe, true, time.Now()
+	return nil
+}
+
+func (r *Resolver) readExe(pid uint32) string {
+	exe, err := os.Readlink(filepath.Join(r.pidDir(pid), "exe"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(exe, " (deleted)")
+}
+
+// resolveIn symbolizes addr, which lies in mapping m of process p. p.mu must be held.
+func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
+	f := Frame{Addr: addr, Module: m.name}
+	if !m.isFile() {
+		return f
+	}
+	if !m.loaded {
+		m.loaded = true
+		m.obj, _ = r.loadObject(p.pid, m) // a file without usable symbols just stays unresolved
+	}
+	if m.obj == nil {
+		return f
+	}
+	va, ok := m.obj.vaddr(addr-m.start+m.off, m.exec)
+	if !ok {
+		return f
+	}
+	sym, ok := m.obj.lookup(va)
+	if !ok {
+		return f
+	}
+	f.Func, f.Offset = sym.name, va-sym.start
+	return f
+}
+
+// loadObject returns the symbol information of the file behind m, from the ELF cache when a file with
+// the same build id (or, lacking one, the same path, inode and mtime) was parsed before.
+func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
+	f, err := r.openMapped(pid, m)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse elf %s: %w", m.name, err)
+	}
+	id := gnuBuildID(ef)
+	key := "build-id:" + id
+	if id == "" {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", m.name, err)
+		}
+		ino := m.inode
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		key = fmt.Sprintf("file:%s:%d:%d", m.name, ino, fi.ModTime().UnixNano())
+	}
+
+	r.mu.Lock()
+	e, ok := r.elfs.get(key)
+	if !ok {
+		e = &elfEntry{}
+		r.elfs.add(key, e)
+	}
+	r.mu.Unlock()
+
+	e.once.Do(func() {
+		r.parses.Add(1)
+		symSrc := ef
+		if id != "" && !hasSymtab(ef) {
+			if dbgFile, dbg := r.openDebugFile(pid, id); dbg != nil {
+				defer dbgFile.Close()
+				symSrc = dbg
+			}
+		}
+		e.obj, e.err = newELFObject(ef, id, symSrc)
+		if e.err != nil {
+			e.err = fmt.Errorf("symbols of %s: %w", m.name, e.err)
+		}
+	})
+	return e.obj, e.err
+}
+
+// openMapped opens the file behind m. It prefers /proc/PID/map_files (exactly the mapped file, even
+// if deleted or in another mount namespace), then the path inside the process's root, then the plain
+// path as seen by this process.
+func (r *Resolver) openMapped(pid uint32, m *mapping) (*os.File, error) {
+	dir := r.pidDir(pid)
+	if f, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.start, m.end))); err == nil {
+		return f, nil
+	}
+	if m.deleted {
+		// Whatever now lives at the path is not the mapped file.
+		return nil, fmt.Errorf("open %s: %w", m.name, errDeleted)
+	}
+	if f, err := os.Open(filepath.Join(dir, "root", m.name)); err == nil {
+		return f, nil
+	}
+	f, err := os.Open(m.name)
+	if err != nil {
+		return nil, fmt.Errorf("open mapped file: %w", err)
+	}
+	if m.inode != 0 {
+		// The plain path may name a different file when the process lives in another mount namespace.
+		if fi, err := f.Stat(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino != m.inode {
+				f.Close()
+				return nil, fmt.Errorf("open %s: %w", m.name, errInodeMismatch)
+			}
+		}
+	}
+	return f, nil
+}
+
+// openDebugFile looks for a separate debug file with a full symbol table for build id id, in the
+// process's root and then in ours. Both returned values are nil when there is none.
+func (r *Resolver) openDebugFile(pid uint32, id string) (*os.File, *elf.File) {
+	if len(id) < 3 {
+		return nil, nil
+	}
+	rel := filepath.Join("usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
+	for _, path := range []string{filepath.Join(r.pidDir(pid), "root", rel), "/" + rel} {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		ef, err := elf.NewFile(f)
+		if err != nil || gnuBuildID(ef) != id || !hasSymtab(ef) {
+			f.Close()
+			continue
+		}
+		return f, ef
+	}
+	return nil, nil
+}
