@@ -54,12 +54,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
+		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
+	}
 	st, err := store.Open(*data, nil)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
-			if info, ok := readAgentInfo(*data); ok {
-				return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
-			}
+			return fmt.Errorf("another process is already recording into %s: %w", *data, err)
 		}
 		return err
 	}

@@ -72,4 +72,3 @@ func printStatus(w io.Writer, s *recorder.Status) {
 	tw.Flush()
 }
 
-var _ = recorder.Status{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -257,7 +258,16 @@ func (r *Recorder) kernelStack(addrs []uint64) store.Stack {
 			fr[i] = symbol.Frame{Addr: a}
 		}
 	}
-	return makeStack("kernel", fr)
+	return makeStack("kernel", trimBPFFrames(fr))
+}
+
+// trimBPFFrames drops the frames of the BPF machinery (the program itself,
+// then bpf_trace_run*) that top every stack taken from inside a program.
+func trimBPFFrames(fr []symbol.Frame) []symbol.Frame {
+	for len(fr) > 1 && (fr[0].Func == "" || strings.HasPrefix(fr[0].Func, "bpf_") || strings.HasPrefix(fr[0].Func, "__bpf_")) {
+		fr = fr[1:]
+	}
+	return fr
 }
 
 func (r *Recorder) userStack(pid uint32, addrs []uint64) store.Stack {

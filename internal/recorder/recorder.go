@@ -121,15 +121,15 @@ type Status struct {
 
 // Recorder owns the BPF objects of the vital signs.
 type Recorder struct {
-	cfg     Config
-	spec    *ebpf.CollectionSpec
-	objs    *objects
+	cfg      Config
+	spec     *ebpf.CollectionSpec
+	objs     *objects
 	attached map[Vital]*attachment
-	reader  *ringbuf.Reader
-	statsOn interface{ Close() error }
-	kernel  *symbol.Kernel
-	procs   *symbol.Resolver
-	ncpu    int
+	reader   *ringbuf.Reader
+	statsOn  interface{ Close() error }
+	kernel   *symbol.Kernel
+	procs    *symbol.Resolver
+	ncpu     int
 
 	mu     sync.Mutex
 	status Status
@@ -224,7 +224,9 @@ func (r *Recorder) describeUnsupported() {
 // enable loads and attaches one vital.
 func (r *Recorder) enable(v Vital) error {
 	if !vitalInfos[v].implemented {
-		r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "not implemented", "this version records cpu, sched, blck and blio" })
+		r.setVitalStatus(v, func(s *VitalStatus) {
+			s.State, s.Reason = "not implemented", "this version records cpu, sched, blck and blio"
+		})
 		return fmt.Errorf("%w: not implemented in this version", ErrNotSupported)
 	}
 	var a *attachment

@@ -6,7 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-		"os"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -495,4 +495,3 @@ func checkReadOnly(ctx context.Context, dc any, query string) error {
 	}
 	return nil
 }
-

@@ -132,7 +132,6 @@ func TestUnwritableDir(t *testing.T) {
 	}
 }
 
-
 func TestEpochIsAllOrNothing(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, nil)

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/testutil"
+)
+
+var committedLine = regexp.MustCompile(`epoch (\d+) committed`)
+
+// recording is a `holter record` process under test.
+type recording struct {
+	cmd       *exec.Cmd
+	committed chan int64
+	started   chan struct{}
+	log       *bytes.Buffer
+	done      chan struct{}
+}
+
+func startRecord(t *testing.T, bin string, args ...string) *recording {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"record"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recording{cmd: cmd, committed: make(chan int64, 1000), started: make(chan struct{}),
+		log: &bytes.Buffer{}, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(r.done)
+		sc := bufio.NewScanner(stderr)
+		startedOnce := false
+		for sc.Scan() {
+			line := sc.Text()
+			r.log.WriteString(line + "\n")
+			if !startedOnce && strings.HasPrefix(line, "recording host") {
+				startedOnce = true
+				close(r.started)
+			}
+			if m := committedLine.FindStringSubmatch(line); m != nil {
+				n, _ := strconv.ParseInt(m[1], 10, 64)
+				r.committed <- n
+			}
+		}
+	}()
+	return r
+}
+
+// waitEpochs waits until n epochs have been committed.
+func (r *recording) waitEpochs(t *testing.T, n int) []int64 {
+	t.Helper()
+	var got []int64
+	timeout := time.After(30 * time.Second)
+	for len(got) < n {
+		select {
+		case e := <-r.committed:
+			got = append(got, e)
+		case <-timeout:
+			t.Fatalf("only %d of %d epochs committed; log:\n%s", len(got), n, r.log)
+		}
+	}
+	return got
+}
+
+// TestKill9KeepsCommittedEpochs kills the recorder with SIGKILL at random
+// moments, 20 times, restarting it on the same store each time: every
+// epoch it reported committed must be there, whole, afterwards.
+func TestKill9KeepsCommittedEpochs(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	dir := t.TempDir()
+	committed := map[int64]bool{}
+	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+	const kills = 20
+	for i := 0; i < kills; i++ {
+		r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "")
+		select {
+		case <-r.started:
+		case <-r.done:
+			t.Fatalf("run %d: recorder did not start on the store left by the previous kill:\n%s", i, r.log)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("run %d: recorder did not start:\n%s", i, r.log)
+		}
+		time.Sleep(time.Duration(1000+rng.IntN(2500)) * time.Millisecond)
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+		<-r.done
+		close(r.committed)
+		for e := range r.committed {
+			committed[e] = true
+		}
+	}
+	if len(committed) < kills {
+		t.Fatalf("only %d epochs committed over %d runs", len(committed), kills)
+	}
+
+	st, err := store.Open(dir, &store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("store does not open cleanly after %d kills: %v", kills, err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	present := map[int64]bool{}
+	res, err := st.Query(ctx, `SELECT epoch FROM epochs`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range res.Rows {
+		present[row[0].(int64)] = true
+	}
+	for e := range committed {
+		if !present[e] {
+			t.Errorf("epoch %d was reported committed but is missing", e)
+		}
+	}
+	// Every present epoch is whole: its sample count matches, it has every
+	// vital, and every stack its samples name exists.
+	checks := map[string]string{
+		"sample count": `SELECT e.epoch FROM epochs e LEFT JOIN (SELECT epoch, count(*) n FROM samples GROUP BY epoch) s
+			ON s.epoch = e.epoch WHERE e.samples <> coalesce(s.n, 0)`,
+		"vitals":         `SELECT e.epoch FROM epochs e LEFT JOIN vitals v ON v.epoch = e.epoch GROUP BY e.epoch HAVING count(v.vital) <> 4`,
+		"orphan vitals":  `SELECT DISTINCT epoch FROM vitals WHERE epoch NOT IN (SELECT epoch FROM epochs)`,
+		"orphan samples": `SELECT DISTINCT epoch FROM samples WHERE epoch NOT IN (SELECT epoch FROM epochs)`,
+		"stacks": `SELECT DISTINCT s.epoch FROM samples s WHERE (s.kstack_id IS NOT NULL AND s.kstack_id NOT IN (SELECT stack_id FROM stacks))
+			OR (s.ustack_id IS NOT NULL AND s.ustack_id NOT IN (SELECT stack_id FROM stacks))`,
+	}
+	for name, q := range checks {
+		res, err := st.Query(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(res.Rows) > 0 {
+			t.Errorf("%s inconsistent in epochs %v", name, res.Rows)
+		}
+	}
+	t.Logf("%d kills: %d epochs reported committed, %d present", kills, len(committed), len(present))
+}
+
+func runHolter(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// TestQueryAndStatus checks `holter query` through a running recorder's
+// API and directly on the store once it stopped, in every output format,
+// and `holter status`.
+func TestQueryAndStatus(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	r.waitEpochs(t, 2)
+
+	// Through the API: the recorder holds the store, so only the API can answer.
+	out, errOut, code := runHolter(t, bin, "query", "--data", dir, "--format", "json",
+		"SELECT count(*) AS n, min(epoch) AS first FROM epochs")
+	if code != 0 {
+		t.Fatalf("query through API: exit %d: %s", code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["n"].(float64) < 2 {
+		t.Fatalf("query through API answered %q (%v)", out, err)
+	}
+
+	out, errOut, code = runHolter(t, bin, "status", "--data", dir)
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"cpu", "recording", "l2", "unsupported", "no hardware PMU", "THRESHOLD", "LOST"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+
+	_, errOut, code = runHolter(t, bin, "query", "--data", dir, "DROP TABLE samples")
+	if code == 0 || !strings.Contains(errOut, "read-only") {
+		t.Errorf("DROP through the API: exit %d, %s", code, errOut)
+	}
+	_, errOut, code = runHolter(t, bin, "query", "--data", dir, "SELECT nope FROM epochs")
+	if code == 0 || !strings.Contains(errOut, "nope") {
+		t.Errorf("bad column: exit %d, %s", code, errOut)
+	}
+
+	// A second recorder on the same data directory is refused clearly.
+	_, errOut, code = runHolter(t, bin, "record", "--data", dir, "--api", "")
+	if code == 0 || !strings.Contains(errOut, "already recording") {
+		t.Errorf("second recorder: exit %d, %s", code, errOut)
+	}
+
+	r.cmd.Process.Signal(syscall.SIGINT)
+	r.cmd.Wait()
+	<-r.done
+
+	// Directly on the store now.
+	out, errOut, code = runHolter(t, bin, "query", "--data", dir, "--format", "csv", "SELECT vital, count(*) AS n FROM vitals GROUP BY vital ORDER BY vital")
+	if code != 0 {
+		t.Fatalf("direct query: exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "vital,n\nblck,") || !strings.Contains(out, "\ncpu,") {
+		t.Errorf("csv output:\n%s", out)
+	}
+	out, _, code = runHolter(t, bin, "query", "--data", dir, "SELECT 'a' AS x, 42 AS answer")
+	if code != 0 || !regexp.MustCompile(`(?m)^x\s+answer\n^a\s+42$`).MatchString(strings.TrimSpace(out)) {
+		t.Errorf("table output:\n%s", out)
+	}
+	out, _, code = runHolter(t, bin, "status", "--data", dir)
+	if code != 0 || !strings.Contains(out, "no recorder is running") {
+		t.Errorf("status without recorder: exit %d\n%s", code, out)
+	}
+}
+
+// TestRecordErrors checks the errors a user can act on.
+func TestRecordErrors(t *testing.T) {
+	bin := testutil.BuildHolter(t)
+	cases := []struct {
+		name     string
+		args     []string
+		setup    func(t *testing.T) []string // extra args
+		asNobody bool
+		code     int
+		want     string
+	}{
+		{name: "unknown vital", args: []string{"record", "--vitals", "cpu,heart"}, code: 2, want: `unknown vital "heart"`},
+		{name: "bad threshold", args: []string{"record", "--threshold", "3"}, code: 2, want: "not a power of 2"},
+		{name: "short epoch", args: []string{"record", "--epoch", "100ms"}, code: 2, want: "shorter than the minimum"},
+		{name: "unknown command", args: []string{"recrod"}, code: 2, want: `unknown command "recrod"`},
+		{name: "not root", args: []string{"record"}, asNobody: true, code: 1, want: "CAP_BPF"},
+		{name: "corrupt store", args: []string{"record", "--api", ""}, code: 1, want: "left untouched",
+			setup: func(t *testing.T) []string {
+				dir := t.TempDir()
+				os.WriteFile(filepath.Join(dir, store.FileName), bytes.Repeat([]byte("junk"), 4096), 0o644)
+				return []string{"--data", dir}
+			}},
+		{name: "data dir is a file", args: []string{"record", "--api", ""}, code: 1, want: "cannot be created",
+			setup: func(t *testing.T) []string {
+				f := filepath.Join(t.TempDir(), "f")
+				os.WriteFile(f, nil, 0o644)
+				return []string{"--data", filepath.Join(f, "data")}
+			}},
+		{name: "query without recording", args: []string{"query", "SELECT 1"}, code: 1, want: "no recording in",
+			setup: func(t *testing.T) []string { return []string{"--data", filepath.Join(t.TempDir(), "none")} }},
+		{name: "query bad format", args: []string{"query", "--format", "xml", "SELECT 1"}, code: 2, want: "unknown format"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := c.args
+			if c.setup != nil {
+				args = append(append([]string{args[0]}, c.setup(t)...), args[1:]...)
+			}
+			cmd := exec.Command(bin, args...)
+			cmd.Dir = t.TempDir()
+			if c.asNobody {
+				if os.Geteuid() != 0 {
+					t.Skip("needs root to run as nobody")
+				}
+				// t.TempDir's parent is private to root: nobody needs a path it can reach.
+				shared, err := os.MkdirTemp("", "holter-nobody-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(shared) })
+				os.Chmod(shared, 0o777)
+				cmd.Dir = shared
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+				copied := filepath.Join(cmd.Dir, "holter")
+				copyFile(t, bin, copied)
+				cmd.Path = copied
+			}
+			var e bytes.Buffer
+			cmd.Stderr = &e
+			cmd.Stdout = io.Discard
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != c.code || !strings.Contains(e.String(), c.want) {
+				t.Errorf("exit %d (want %d), stderr:\n%s\nwant it to contain %q", code, c.code, e.String(), c.want)
+			}
+		})
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,171 @@
+package recorder
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/testutil"
+)
+
+// workload is a program run under the recorder and what it must provoke.
+type workload struct {
+	name     string   // testdata/workloads/NAME.c; its comm
+	args     []string // after the binary
+	vital    string
+	function string // must appear in the samples' user stacks
+	pid      int
+}
+
+// TestVitalsAttributeWorkloads runs one real recording while four
+// workloads each provoke one vital, then checks from the store that each
+// vital's weight and samples are charged to its workload, with a user stack
+// through the workload's own function.
+func TestVitalsAttributeWorkloads(t *testing.T) {
+	testutil.RequireRoot(t)
+	ioDir := directIODir(t)
+	workloads := []*workload{
+		{name: "cpu_spin", args: []string{"3"}, vital: "cpu", function: "holter_cpu_spin"},
+		{name: "sched_compete", args: []string{"3"}, vital: "sched", function: "holter_sched_compete"},
+		{name: "block_pipe", args: []string{"3"}, vital: "blck", function: "holter_block_on_pipe"},
+		{name: "direct_write", args: []string{filepath.Join(ioDir, "data"), "3"}, vital: "blio", function: "holter_direct_writes"},
+	}
+	bins := map[string]string{}
+	for _, w := range workloads {
+		bins[w.name] = testutil.BuildWorkload(t, w.name)
+	}
+
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec, err := New(Config{Epoch: time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
+	}()
+
+	time.Sleep(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	for _, w := range workloads {
+		cmd := exec.Command(bins[w.name], w.args...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.pid = cmd.Process.Pid
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("workload %s: %v", w.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("recorder: %v", err)
+	}
+
+	for _, w := range workloads {
+		t.Run(w.vital, func(t *testing.T) {
+			q := fmt.Sprintf(`SELECT count(*), coalesce(sum(s.weight), 0),
+				count(*) FILTER (WHERE list_contains(u.frames, '%s')),
+				any_value(u.frames) FILTER (WHERE u.frames IS NOT NULL)
+				FROM samples s LEFT JOIN stacks u ON u.stack_id = s.ustack_id
+				WHERE s.vital = '%s' AND s.pid = %d AND s.comm = '%s'`, w.function, w.vital, w.pid, w.name)
+			row := queryRow(t, st, q)
+			n, weight, withFunc := row[0].(int64), toInt(row[1]), row[2].(int64)
+			t.Logf("%s: %d samples of pid %d, weight %d, %d with %s in the user stack; a stack: %v",
+				w.vital, n, w.pid, weight, withFunc, w.function, row[3])
+			if n == 0 || weight == 0 {
+				t.Fatalf("no %s samples charged to %s (pid %d)", w.vital, w.name, w.pid)
+			}
+			if withFunc == 0 {
+				t.Errorf("no %s sample of %s has %s in its user stack", w.vital, w.name, w.function)
+			}
+			total := queryRow(t, st, fmt.Sprintf(`SELECT sum(weight_sum), sum(events) FROM vitals WHERE vital = '%s'`, w.vital))
+			if toInt(total[0]) < weight || toInt(total[1]) == 0 {
+				t.Errorf("%s vital totals %v are below its samples' weight %d", w.vital, total, weight)
+			}
+		})
+	}
+
+	t.Run("blio fields", func(t *testing.T) {
+		w := workloads[3]
+		row := queryRow(t, st, fmt.Sprintf(`SELECT count(*), min(latency_ns), max(bytes_requested), bool_and(op = 'write')
+			FROM samples WHERE vital = 'blio' AND pid = %d AND bytes_requested = 65536`, w.pid))
+		if row[0].(int64) == 0 || toInt(row[1]) <= 0 || row[3] != true {
+			t.Errorf("blio samples of 64 KiB writes: count, min latency, max bytes, all writes = %v", row)
+		}
+	})
+	t.Run("kernel stacks", func(t *testing.T) {
+		row := queryRow(t, st, fmt.Sprintf(`SELECT count(*) FROM samples s JOIN stacks k ON k.stack_id = s.kstack_id
+			WHERE s.vital = 'blck' AND s.pid = %d AND len(list_filter(k.frames, f -> f LIKE '%%pipe_read')) > 0
+			AND k.frames[1] NOT LIKE 'bpf_%%'`, workloads[2].pid))
+		if row[0].(int64) == 0 {
+			t.Error("no blck sample of the pipe reader has pipe_read in its kernel stack, without BPF frames on top")
+		}
+	})
+}
+
+func queryRow(t *testing.T, st *store.Store, q string) []any {
+	t.Helper()
+	res, err := st.Query(context.Background(), q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	if len(res.Rows) != 1 {
+		t.Fatalf("%s: %d rows", q, len(res.Rows))
+	}
+	return res.Rows[0]
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case uint64:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case nil:
+		return 0
+	}
+	var n int64
+	fmt.Sscan(fmt.Sprint(v), &n)
+	return n
+}
+
+// directIODir is a directory on a block device (O_DIRECT fails on tmpfs).
+func directIODir(t *testing.T) string {
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) == nil && fs.Type != unix.TMPFS_MAGIC {
+		return dir
+	}
+	dir, err := os.MkdirTemp(testutil.RepoRoot(), ".blio-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
