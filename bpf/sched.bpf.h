@@ -3,13 +3,19 @@
  * sched — scheduling delay, and blck — resource blocking (Chopstix §4.2).
  *
  * Both are measured on the context-switch path. When a task switches out
- * we note why (preempted while runnable, or asleep on a resource) and, since
- * this is the last moment its own user stack can be read, we capture its
- * kernel and user stacks into task-local storage: the preemption or
- * blocking site. At wake-up we close the blocked interval; at switch-in we
- * close the runnable wait. Each interval over its qualifying threshold is
- * one event, weighted by its length in µs, labelled by the thread and the
- * site, and carries the stacks taken at switch-out.
+ * we note why (preempted while runnable, or asleep on a resource) and where:
+ * the site is the user-space PC at which it entered the kernel. At wake-up
+ * we close the blocked interval; at switch-in we close the runnable wait.
+ * Each interval over its qualifying threshold is one event, weighted by its
+ * length in µs, labelled by the thread and the site.
+ *
+ * Stacks cost most of the time here, so they are taken lazily. The user
+ * stack can only be read while the task is current, i.e. at switch-out; it
+ * is kept in task-local storage and taken again only when the site (user
+ * PC and stack pointer at kernel entry) changed, so a task that blocks at
+ * the same call again and again pays for one unwind. The kernel stack of a
+ * sleeping task is still in place at its switch-in, so it is taken there,
+ * for sampled events only.
  *
  * Fields (sched): f[0] prio, f[1] delay ns, f[2] site, f[3] 1 if preempted
  * Fields (blck):  f[0] prio, f[1] blocked ns, f[2] site, f[3] sleep state
@@ -19,11 +25,11 @@ struct task_state {
 	__u64 sleep_ts;     /* switched out asleep; 0 = not asleep */
 	__u64 blocked_ns;   /* closed at wake-up */
 	__u64 site;
+	__u64 ustack_key;   /* site the user stack was taken at */
 	__u32 sleep_state;
 	__u32 preempted;
-	__s32 kstack_bytes;
 	__s32 ustack_bytes;
-	__u64 kstack[MAX_STACK];
+	__u32 pad;
 	__u64 ustack[MAX_STACK];
 };
 
@@ -69,10 +75,8 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	s->f[1] = interval_ns;
 	s->f[2] = ts->site;
 	s->f[3] = f3;
-	s->kstack_bytes = ts->kstack_bytes;
+	s->kstack_bytes = bpf_get_task_stack(task, s->kstack, sizeof(s->kstack), 0);
 	s->ustack_bytes = ts->ustack_bytes;
-	if (ts->kstack_bytes > 0)
-		bpf_probe_read_kernel(s->kstack, sizeof(s->kstack), ts->kstack);
 	if (ts->ustack_bytes > 0)
 		bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), ts->ustack);
 	note_stack(s, vital, v.copy);
@@ -128,11 +132,23 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 	if (prev->pid != 0) {
 		ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (ts) {
-			/* prev is current: its stacks are readable now and never again
-			 * before it runs. */
-			ts->kstack_bytes = bpf_get_stack(ctx, ts->kstack, sizeof(ts->kstack), 0);
-			ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
-			ts->site = ts->ustack_bytes > 0 ? ts->ustack[0] : 0;
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+			__u64 ip = 0, key = 0;
+
+			if (prev->mm && regs) {
+				ip = BPF_CORE_READ(regs, ip);
+				key = ip ^ (BPF_CORE_READ(regs, sp) << 1);
+			}
+			ts->site = ip;
+			/* prev is current: its user stack is readable now, and never
+			 * again before it runs. */
+			if (!ip) {
+				ts->ustack_bytes = 0;
+				ts->ustack_key = 0;
+			} else if (key != ts->ustack_key || ts->ustack_bytes <= 0) {
+				ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
+				ts->ustack_key = key;
+			}
 			ts->blocked_ns = 0;
 			if (prev_state == TASK_RUNNING_STATE) {
 				ts->runnable_ts = now;

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/holter-dev/holter/internal/recorder"
@@ -70,5 +71,17 @@ func printStatus(w io.Writer, s *recorder.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", v.Name, v.State, t, v.Events, v.Samples, v.Lost, detail)
 	}
 	tw.Flush()
+	var sketchBytes, otherBytes uint64
+	var others []string
+	for _, m := range s.KernelMemory {
+		if m.Sketch {
+			sketchBytes += m.Bytes
+		} else {
+			otherBytes += m.Bytes
+			others = append(others, fmt.Sprintf("%s %d KiB", m.Map, m.Bytes/1024))
+		}
+	}
+	fmt.Fprintf(w, "kernel memory: sketch maps %d KiB; other maps %d KiB (%s)\n",
+		sketchBytes/1024, otherBytes/1024, strings.Join(others, ", "))
 }
 

@@ -200,12 +200,24 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		Fields:    sampleFields(v, &s),
 	}
 	if n := frames(s.KstackBytes); n > 0 {
-		out.KStackID = ep.addStack(r.kernelStack(s.Kstack[:n]))
+		out.KStackID = ep.addStack(r.kernelStack(untilLoop(s.Kstack[:n])))
 	}
 	if n := frames(s.UstackBytes); n > 0 {
-		out.UStackID = ep.addStack(r.userStack(s.Pid, s.Ustack[:n]))
+		out.UStackID = ep.addStack(r.userStack(s.Pid, untilLoop(s.Ustack[:n])))
 	}
 	ep.samples = append(ep.samples, out)
+}
+
+// untilLoop cuts a frame-pointer chain where it starts repeating one
+// address, as it does at the bottom of threads whose start code sets up no
+// frame.
+func untilLoop(addrs []uint64) []uint64 {
+	for i := 1; i < len(addrs); i++ {
+		if addrs[i] == addrs[i-1] {
+			return addrs[:i]
+		}
+	}
+	return addrs
 }
 
 func (r *Recorder) countLate() {

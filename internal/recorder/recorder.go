@@ -117,6 +117,7 @@ type Status struct {
 	LateSamples   uint64        `json:"late_samples"`
 	MonitorCPU    float64       `json:"monitor_cpu_percent_last_epoch"`
 	Vitals        []VitalStatus `json:"vitals"`
+	KernelMemory  []MapMemory   `json:"kernel_memory"`
 }
 
 // Recorder owns the BPF objects of the vital signs.
@@ -285,6 +286,7 @@ func (r *Recorder) Status() Status {
 	defer r.mu.Unlock()
 	s := r.status
 	s.Vitals = append([]VitalStatus(nil), r.status.Vitals...)
+	s.KernelMemory = r.kernelMemory()
 	return s
 }
 

@@ -88,11 +88,11 @@ type vitalsTaskState struct {
 	SleepTs     uint64
 	BlockedNs   uint64
 	Site        uint64
+	UstackKey   uint64
 	SleepState  uint32
 	Preempted   uint32
-	KstackBytes int32
 	UstackBytes int32
-	Kstack      [64]uint64
+	Pad         uint32
 	Ustack      [64]uint64
 }
 

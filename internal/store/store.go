@@ -358,8 +358,10 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 			return err
 		}
 		var fresh []Stack
+		inEpoch := map[uint64]bool{}
 		for _, st := range e.Stacks {
-			if _, ok := s.knownStacks[st.ID]; !ok {
+			if _, ok := s.knownStacks[st.ID]; !ok && !inEpoch[st.ID] {
+				inEpoch[st.ID] = true
 				fresh = append(fresh, st)
 				newStacks = append(newStacks, st.ID)
 			}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Regenerates the BPF objects from bpf/ with clang and fails if the committed
+# ones differ: the committed files are what `go build` uses.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+gen=(internal/recorder/vitals_x86_bpfel.go internal/recorder/vitals_x86_bpfel.o)
+before=$(mktemp -d)
+trap 'rm -rf "$before"' EXIT
+cp "${gen[@]}" "$before/"
+go generate ./internal/recorder/
+for f in "${gen[@]}"; do
+	if ! cmp -s "$f" "$before/$(basename "$f")"; then
+		echo "check-generated: $f is stale: it differs from what bpf/ compiles to (now regenerated; commit it)" >&2
+		exit 1
+	fi
+done
+echo "check-generated: BPF objects match their sources"

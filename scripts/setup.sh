@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building and testing holter needs on a fresh Debian machine:
+# a C compiler for DuckDB's cgo bindings and the workloads the tests run,
+# clang/llvm and libbpf headers to regenerate the BPF objects. Idempotent:
+# installs only what is missing.
+set -euo pipefail
+
+need=()
+command -v gcc >/dev/null || need+=(gcc)
+command -v clang >/dev/null || need+=(clang)
+command -v llvm-strip >/dev/null || need+=(llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+command -v git >/dev/null || need+=(git)
+
+if ((${#need[@]})); then
+	echo "setup: installing ${need[*]}" >&2
+	sudo=""
+	if [ "$(id -u)" != 0 ]; then
+		command -v sudo >/dev/null || { echo "setup: need root (or sudo) to apt-get install ${need[*]}" >&2; exit 1; }
+		sudo=sudo
+	fi
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v go >/dev/null || { echo "setup: the Go toolchain (go.mod's version) must be on PATH" >&2; exit 1; }
