@@ -1,11 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * blio — disk I/O (Chopstix §4.2). A request is charged to the task that
- * submitted it: its context (pid, stacks, the user-space site) is taken
- * when the request is first seen — at insertion into the I/O scheduler, or
- * at issue when it bypasses the scheduler — since completion runs in
- * interrupt context. At completion the request is one event, weighted by
- * the bytes completed, labelled by the process and the site.
+ * submitted it: its context (pid, the user-space site, stacks) is only
+ * there when the request is first seen — at insertion into the I/O
+ * scheduler, or at issue when it bypasses the scheduler — since completion
+ * runs in interrupt context. The weight, the bytes requested, is known then
+ * too, so the sketch is updated and the sampling decided at submission and
+ * stacks are taken for sampled requests only; the sample itself is sent at
+ * completion, when latency and outcome are known, and belongs to the epoch
+ * the request completed in.
+ *
+ * Requests that carry no data (cache flushes) are not disk I/O the vital
+ * counts: on a device without a volatile cache the block layer completes
+ * them without issuing them at all.
  *
  * Fields: f[0] device (kernel dev_t), f[1] sector, f[2] bytes requested,
  * f[3] bytes completed, f[4] op (REQ_OP_*), f[5] latency ns (issue to
@@ -17,6 +24,7 @@ struct io_state {
 	__u64 site;
 	__u64 sector;
 	__u64 exe_ino;
+	__u64 label_w2;
 	__u32 pid;
 	__u32 tid;
 	__u32 uid;
@@ -24,7 +32,13 @@ struct io_state {
 	__u32 bytes;
 	__u32 op;
 	__u32 dev;
+	__u32 est;
+	__u32 sampled;
 	char comm[16];
+};
+
+/* Stacks of the sampled requests, taken at submission. */
+struct io_stacks {
 	__s32 kstack_bytes;
 	__s32 ustack_bytes;
 	__u64 kstack[MAX_STACK];
@@ -32,6 +46,7 @@ struct io_state {
 };
 
 #define MAX_INFLIGHT 4096
+#define MAX_INFLIGHT_SAMPLED 256
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -41,51 +56,76 @@ struct {
 	__type(value, struct io_state);
 } inflight SEC(".maps");
 
-/* Scratch for building an io_state: too big for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_INFLIGHT_SAMPLED);
+	__type(key, __u64);
+	__type(value, struct io_stacks);
+} inflight_stacks SEC(".maps");
+
+/* Scratch for building io_stacks: too big for the BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct io_state);
+	__type(value, struct io_stacks);
 } io_scratch SEC(".maps");
 
-static __always_inline void io_first_seen(void *ctx, struct request *rq, __u64 now, bool issue)
+static __always_inline void count_lost(struct hl_control *ctl)
+{
+	struct hl_stats *st = stats_of(ctl->gen & 1, VITAL_BLIO);
+
+	if (st)
+		st->lost_state++;
+}
+
+static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, struct request *rq, bool issue)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 key = (__u64)rq;
-	struct io_state *io;
+	__u64 key = (__u64)rq, now = bpf_ktime_get_ns();
+	struct io_state *io, fresh = {};
+	struct verdict v;
 	__u32 zero = 0;
 
+	if (rq->__data_len == 0)
+		return;
 	io = bpf_map_lookup_elem(&inflight, &key);
 	if (io) {
 		if (issue)
 			io->issue_ts = now;
 		return;
 	}
-	io = bpf_map_lookup_elem(&io_scratch, &zero);
-	if (!io)
-		return;
-	io->insert_ts = now;
-	io->issue_ts = issue ? now : 0;
-	io->sector = rq->__sector;
-	io->bytes = rq->__data_len;
-	io->op = rq->cmd_flags & 0xff;
-	io->dev = rq->part ? rq->part->bd_dev : 0;
-	io->pid = task->tgid;
-	io->tid = task->pid;
-	io->uid = (__u32)bpf_get_current_uid_gid();
-	io->exe_ino = BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino);
-	io->exe_dev = BPF_CORE_READ(task, mm, exe_file, f_inode, i_sb, s_dev);
-	bpf_get_current_comm(io->comm, sizeof(io->comm));
-	io->kstack_bytes = bpf_get_stack(ctx, io->kstack, sizeof(io->kstack), 0);
-	io->ustack_bytes = bpf_get_stack(ctx, io->ustack, sizeof(io->ustack), BPF_F_USER_STACK);
-	io->site = io->ustack_bytes > 0 ? io->ustack[0] : 0;
-	if (bpf_map_update_elem(&inflight, &key, io, BPF_NOEXIST) != 0) {
-		struct hl_control *ctl = get_control();
-		struct hl_stats *st = ctl ? stats_of(ctl->gen & 1, VITAL_BLIO) : NULL;
-		if (st)
-			st->lost_state++;
+	fresh.insert_ts = now;
+	fresh.issue_ts = issue ? now : 0;
+	fresh.sector = rq->__sector;
+	fresh.bytes = rq->__data_len;
+	fresh.op = rq->cmd_flags & 0xff;
+	fresh.dev = rq->part ? rq->part->bd_dev : 0;
+	fresh.pid = task->tgid;
+	fresh.tid = task->pid;
+	fresh.uid = (__u32)bpf_get_current_uid_gid();
+	if (task->mm) {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		fresh.site = regs ? regs->ip : 0;
+		fresh.exe_ino = BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino);
+		fresh.exe_dev = BPF_CORE_READ(task, mm, exe_file, f_inode, i_sb, s_dev);
 	}
+	bpf_get_current_comm(fresh.comm, sizeof(fresh.comm));
+	fresh.label_w2 = who_word(fresh.exe_ino, fresh.uid);
+	if (!sketch_update(ctl, VITAL_BLIO, fresh.pid, fresh.site, fresh.label_w2, fresh.bytes, &v))
+		return;
+	fresh.est = v.est;
+	if (v.sampled) {
+		struct io_stacks *stk = bpf_map_lookup_elem(&io_scratch, &zero);
+		if (stk) {
+			stk->kstack_bytes = bpf_get_stack(ctx, stk->kstack, sizeof(stk->kstack), 0);
+			stk->ustack_bytes = task->mm ? bpf_get_stack(ctx, stk->ustack, sizeof(stk->ustack), BPF_F_USER_STACK) : 0;
+			fresh.sampled = bpf_map_update_elem(&inflight_stacks, &key, stk, BPF_ANY) == 0 ? 2 : 1;
+		}
+	}
+	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST) != 0)
+		count_lost(ctl);
 }
 
 SEC("tp_btf/block_rq_insert")
@@ -94,7 +134,7 @@ int BPF_PROG(vital_blio_insert, struct request *rq)
 	struct hl_control *ctl = get_control();
 
 	if (vital_enabled(ctl, VITAL_BLIO))
-		io_first_seen(ctx, rq, bpf_ktime_get_ns(), false);
+		io_first_seen(ctx, ctl, rq, false);
 	return 0;
 }
 
@@ -104,7 +144,7 @@ int BPF_PROG(vital_blio_issue, struct request *rq)
 	struct hl_control *ctl = get_control();
 
 	if (vital_enabled(ctl, VITAL_BLIO))
-		io_first_seen(ctx, rq, bpf_ktime_get_ns(), true);
+		io_first_seen(ctx, ctl, rq, true);
 	return 0;
 }
 
@@ -112,26 +152,26 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
 {
 	struct hl_control *ctl = get_control();
-	__u64 key = (__u64)rq, now, who;
+	__u64 key = (__u64)rq, now;
 	struct io_state *io;
-	struct verdict v;
+	struct io_stacks *stk;
 	struct hl_sample *s;
-	__u32 weight;
+	struct verdict v;
 
 	if (!vital_enabled(ctl, VITAL_BLIO))
 		return 0;
 	io = bpf_map_lookup_elem(&inflight, &key);
 	if (!io) {
-		struct hl_stats *st = stats_of(ctl->gen & 1, VITAL_BLIO);
-		if (st)
-			st->lost_state++;  /* submitted before we started, or map full */
+		if (nr_bytes)
+			count_lost(ctl); /* submitted before we started, or map full */
 		return 0;
 	}
-	now = bpf_ktime_get_ns();
-	weight = nr_bytes ? nr_bytes : 1;
-	who = who_word(io->exe_ino, io->uid);
-	if (sketch_update(ctl, VITAL_BLIO, io->pid, io->site, who, weight, &v) && v.sampled) {
-		s = sample_begin(&v, VITAL_BLIO, io->pid, io->site, who, weight, now);
+	if (io->sampled) {
+		now = bpf_ktime_get_ns();
+		v.gen = ctl->gen;
+		v.copy = v.gen & 1;
+		v.est = io->est;
+		s = sample_begin(&v, VITAL_BLIO, io->pid, io->site, io->label_w2, io->bytes, now);
 		if (s) {
 			s->pid = io->pid;
 			s->tid = io->tid;
@@ -147,15 +187,19 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 			s->f[5] = io->issue_ts ? now - io->issue_ts : now - io->insert_ts;
 			s->f[6] = error;
 			s->f[7] = io->issue_ts && io->insert_ts < io->issue_ts ? io->issue_ts - io->insert_ts : 0;
-			s->kstack_bytes = io->kstack_bytes;
-			s->ustack_bytes = io->ustack_bytes;
-			if (io->kstack_bytes > 0)
-				bpf_probe_read_kernel(s->kstack, sizeof(s->kstack), io->kstack);
-			if (io->ustack_bytes > 0)
-				bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), io->ustack);
+			stk = io->sampled == 2 ? bpf_map_lookup_elem(&inflight_stacks, &key) : NULL;
+			if (stk) {
+				s->kstack_bytes = stk->kstack_bytes;
+				s->ustack_bytes = stk->ustack_bytes;
+				if (stk->kstack_bytes > 0)
+					bpf_probe_read_kernel(s->kstack, sizeof(s->kstack), stk->kstack);
+				if (stk->ustack_bytes > 0)
+					bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), stk->ustack);
+			}
 			note_stack(s, VITAL_BLIO, v.copy);
-			bpf_ringbuf_submit(s, 0);
+			bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 		}
+		bpf_map_delete_elem(&inflight_stacks, &key);
 	}
 	bpf_map_delete_elem(&inflight, &key);
 	return 0;

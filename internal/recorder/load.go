@@ -68,7 +68,7 @@ func (o *objects) mapReplacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		vitalsMapControl: m.Control, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
 		vitalsMapSamples: m.Samples, vitalsMapTaskStates: m.TaskStates,
-		vitalsMapInflight: m.Inflight, vitalsMapIoScratch: m.IoScratch,
+		vitalsMapInflight: m.Inflight, vitalsMapInflightStacks: m.InflightStacks, vitalsMapIoScratch: m.IoScratch,
 	}
 }
 

@@ -28,7 +28,7 @@ func (r *Recorder) kernelMemory() []MapMemory {
 		sketch bool
 	}{
 		{vitalsMapHcas, m.Hcas, true}, {vitalsMapStats, m.Stats, true}, {vitalsMapControl, m.Control, true},
-		{vitalsMapSamples, m.Samples, false}, {vitalsMapInflight, m.Inflight, false},
+		{vitalsMapSamples, m.Samples, false}, {vitalsMapInflight, m.Inflight, false}, {vitalsMapInflightStacks, m.InflightStacks, false},
 		{vitalsMapIoScratch, m.IoScratch, false}, {vitalsMapTaskStates, m.TaskStates, false},
 	}
 	var out []MapMemory
