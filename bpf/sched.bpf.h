@@ -13,7 +13,10 @@
  * stack can only be read while the task is current, i.e. at switch-out; it
  * is kept in task-local storage and taken again only when the site (user
  * PC and stack pointer at kernel entry) changed, so a task that blocks at
- * the same call again and again pays for one unwind. The kernel stack of a
+ * the same call again and again pays for one unwind. A task preempted while
+ * running is somewhere new each time; its stack is retaken at most every
+ * USTACK_REFRESH_NS, so a CPU hog preempted by a storm of kernel workers
+ * does not pay for an unwind at every preemption. The kernel stack of a
  * sleeping task is still in place at its switch-in, so it is taken there,
  * for sampled events only.
  *
@@ -26,6 +29,7 @@ struct task_state {
 	__u64 blocked_ns;   /* closed at wake-up */
 	__u64 site;
 	__u64 ustack_key;   /* site the user stack was taken at */
+	__u64 ustack_ts;    /* when */
 	__u32 sleep_state;
 	__u32 preempted;
 	__s32 ustack_bytes;
@@ -41,6 +45,7 @@ struct {
 } task_states SEC(".maps");
 
 #define TASK_RUNNING_STATE 0
+#define USTACK_REFRESH_NS (10 * 1000 * 1000)
 
 static __always_inline __u32 us_weight(__u64 ns)
 {
@@ -80,7 +85,7 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	if (ts->ustack_bytes > 0)
 		bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), ts->ustack);
 	note_stack(s, vital, v.copy);
-	bpf_ringbuf_submit(s, 0);
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline void on_wakeup(struct task_struct *p)
@@ -136,8 +141,8 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 			__u64 ip = 0, key = 0;
 
 			if (prev->mm && regs) {
-				ip = BPF_CORE_READ(regs, ip);
-				key = ip ^ (BPF_CORE_READ(regs, sp) << 1);
+				ip = regs->ip; /* BTF pointers: plain loads, no probe-read helper */
+				key = ip ^ (regs->sp << 1);
 			}
 			ts->site = ip;
 			/* prev is current: its user stack is readable now, and never
@@ -145,9 +150,12 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 			if (!ip) {
 				ts->ustack_bytes = 0;
 				ts->ustack_key = 0;
-			} else if (key != ts->ustack_key || ts->ustack_bytes <= 0) {
+			} else if (ts->ustack_bytes <= 0 ||
+				   (key != ts->ustack_key &&
+				    (prev_state != TASK_RUNNING_STATE || now - ts->ustack_ts >= USTACK_REFRESH_NS))) {
 				ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
 				ts->ustack_key = key;
+				ts->ustack_ts = now;
 			}
 			ts->blocked_ns = 0;
 			if (prev_state == TASK_RUNNING_STATE) {
