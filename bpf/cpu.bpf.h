@@ -39,6 +39,6 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	s->kstack_bytes = bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0);
 	s->ustack_bytes = bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK);
 	note_stack(s, VITAL_CPU, v.copy);
-	bpf_ringbuf_submit(s, 0);
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	return 0;
 }

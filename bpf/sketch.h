@@ -104,6 +104,9 @@ struct {
 	__type(value, struct hl_stats);
 } stats SEC(".maps");
 
+/* Samples are submitted without waking the reader, which polls every
+ * 100 ms (internal/recorder): a wake-up per sample cost more than the
+ * sample. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);

@@ -115,10 +115,20 @@ type Status struct {
 	CurrentEpoch  int64         `json:"current_epoch"`
 	LastCommitted int64         `json:"last_committed_epoch"`
 	LateSamples   uint64        `json:"late_samples"`
+	SkippedEpochs uint64        `json:"skipped_epochs"`
 	MonitorCPU    float64       `json:"monitor_cpu_percent_last_epoch"`
 	Vitals        []VitalStatus `json:"vitals"`
 	KernelMemory  []MapMemory   `json:"kernel_memory"`
 }
+
+// pollInterval is how often the sample ring buffer is read. The BPF side
+// submits without wake-ups, so this bounds how long a sample waits and how
+// often the recorder wakes; the 4 MiB ring holds ~3800 samples.
+const pollInterval = 100 * time.Millisecond
+
+// maxSinkFailures is how many epochs in a row may fail to commit before
+// Run gives up.
+const maxSinkFailures = 10
 
 // Recorder owns the BPF objects of the vital signs.
 type Recorder struct {
@@ -323,9 +333,14 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 	}
 	ep := r.newEpoch(0, r.cfg.FirstEpoch, time.Now())
 	var rec ringbuf.Record
+	failures := 0
 	for {
 		boundary := ep.start.Add(r.cfg.Epoch)
-		r.reader.SetDeadline(boundary)
+		deadline := time.Now().Add(pollInterval)
+		if boundary.Before(deadline) {
+			deadline = boundary
+		}
+		r.reader.SetDeadline(deadline)
 		for {
 			err := r.reader.ReadInto(&rec)
 			if err == nil {
@@ -346,12 +361,25 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			return err
 		}
 		if err := sink(ep.result); err != nil {
-			return err
+			// An always-on recorder outlives a full disk: the epoch is
+			// skipped, counted, and recording goes on. A sink that keeps
+			// failing stops it.
+			failures++
+			r.cfg.Logf("epoch %d not committed: %v", ep.number, err)
+			r.mu.Lock()
+			r.status.SkippedEpochs++
+			r.status.CurrentEpoch = next.number
+			r.mu.Unlock()
+			if failures >= maxSinkFailures {
+				return fmt.Errorf("%d epochs in a row could not be committed, last: %w", failures, err)
+			}
+		} else {
+			failures = 0
+			r.mu.Lock()
+			r.status.LastCommitted = ep.result.Epoch
+			r.status.CurrentEpoch = next.number
+			r.mu.Unlock()
 		}
-		r.mu.Lock()
-		r.status.LastCommitted = ep.result.Epoch
-		r.status.CurrentEpoch = next.number
-		r.mu.Unlock()
 		if stopping {
 			return nil
 		}

@@ -60,26 +60,33 @@ type vitalsHlStats struct {
 	NoStack     uint64
 }
 
-type vitalsIoState struct {
+type vitalsIoStacks struct {
 	_           structs.HostLayout
-	InsertTs    uint64
-	IssueTs     uint64
-	Site        uint64
-	Sector      uint64
-	ExeIno      uint64
-	Pid         uint32
-	Tid         uint32
-	Uid         uint32
-	ExeDev      uint32
-	Bytes       uint32
-	Op          uint32
-	Dev         uint32
-	Comm        [16]int8
 	KstackBytes int32
 	UstackBytes int32
-	_           [4]byte
 	Kstack      [64]uint64
 	Ustack      [64]uint64
+}
+
+type vitalsIoState struct {
+	_        structs.HostLayout
+	InsertTs uint64
+	IssueTs  uint64
+	Site     uint64
+	Sector   uint64
+	ExeIno   uint64
+	LabelW2  uint64
+	Pid      uint32
+	Tid      uint32
+	Uid      uint32
+	ExeDev   uint32
+	Bytes    uint32
+	Op       uint32
+	Dev      uint32
+	Est      uint32
+	Sampled  uint32
+	Comm     [16]int8
+	_        [4]byte
 }
 
 type vitalsTaskState struct {
@@ -89,6 +96,7 @@ type vitalsTaskState struct {
 	BlockedNs   uint64
 	Site        uint64
 	UstackKey   uint64
+	UstackTs    uint64
 	SleepState  uint32
 	Preempted   uint32
 	UstackBytes int32
@@ -103,6 +111,7 @@ const (
 	vitalsMapControl              = "control"
 	vitalsMapHcas                 = "hcas"
 	vitalsMapInflight             = "inflight"
+	vitalsMapInflightStacks       = "inflight_stacks"
 	vitalsMapIoScratch            = "io_scratch"
 	vitalsMapSamples              = "samples"
 	vitalsMapStats                = "stats"
@@ -172,13 +181,14 @@ type vitalsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsMapSpecs struct {
-	Control    *ebpf.MapSpec `ebpf:"control"`
-	Hcas       *ebpf.MapSpec `ebpf:"hcas"`
-	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
-	IoScratch  *ebpf.MapSpec `ebpf:"io_scratch"`
-	Samples    *ebpf.MapSpec `ebpf:"samples"`
-	Stats      *ebpf.MapSpec `ebpf:"stats"`
-	TaskStates *ebpf.MapSpec `ebpf:"task_states"`
+	Control        *ebpf.MapSpec `ebpf:"control"`
+	Hcas           *ebpf.MapSpec `ebpf:"hcas"`
+	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
+	InflightStacks *ebpf.MapSpec `ebpf:"inflight_stacks"`
+	IoScratch      *ebpf.MapSpec `ebpf:"io_scratch"`
+	Samples        *ebpf.MapSpec `ebpf:"samples"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	TaskStates     *ebpf.MapSpec `ebpf:"task_states"`
 }
 
 // vitalsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -208,13 +218,14 @@ func (o *vitalsObjects) Close() error {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsMaps struct {
-	Control    *ebpf.Map `ebpf:"control"`
-	Hcas       *ebpf.Map `ebpf:"hcas"`
-	Inflight   *ebpf.Map `ebpf:"inflight"`
-	IoScratch  *ebpf.Map `ebpf:"io_scratch"`
-	Samples    *ebpf.Map `ebpf:"samples"`
-	Stats      *ebpf.Map `ebpf:"stats"`
-	TaskStates *ebpf.Map `ebpf:"task_states"`
+	Control        *ebpf.Map `ebpf:"control"`
+	Hcas           *ebpf.Map `ebpf:"hcas"`
+	Inflight       *ebpf.Map `ebpf:"inflight"`
+	InflightStacks *ebpf.Map `ebpf:"inflight_stacks"`
+	IoScratch      *ebpf.Map `ebpf:"io_scratch"`
+	Samples        *ebpf.Map `ebpf:"samples"`
+	Stats          *ebpf.Map `ebpf:"stats"`
+	TaskStates     *ebpf.Map `ebpf:"task_states"`
 }
 
 func (m *vitalsMaps) Close() error {
@@ -222,6 +233,7 @@ func (m *vitalsMaps) Close() error {
 		m.Control,
 		m.Hcas,
 		m.Inflight,
+		m.InflightStacks,
 		m.IoScratch,
 		m.Samples,
 		m.Stats,
