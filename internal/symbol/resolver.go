@@ -36,6 +36,7 @@ var (
 type Resolver struct {
 	procRoot       string
 	rereadInterval time.Duration
+	revalidate     time.Duration // see process
 
 	mu    sync.Mutex // guards procs and elfs
 	procs *lru[uint32, *process]
@@ -49,6 +50,8 @@ type Resolver struct {
 type process struct {
 	pid   uint32
 	start uint64 // field 22 of /proc/PID/stat
+	// validated is when start was last checked against /proc; guarded by Resolver.mu.
+	validated time.Time
 
 	mu       sync.Mutex // guards the fields below and the lazy fields of maps
 	loaded   bool
@@ -69,6 +72,7 @@ func NewResolver(procRoot string) *Resolver {
 	return &Resolver{
 		procRoot:       procRoot,
 		rereadInterval: defaultRereadInterval,
+		revalidate:     revalidateEvery,
 		procs:          newLRU[uint32, *process](maxProcesses),
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
 	}
@@ -145,7 +149,20 @@ func (r *Resolver) pidDir(pid uint32) string {
 
 // process returns the cache entry of the live process pid, replacing an entry left by an earlier
 // process with the same pid. It returns nil if the process does not exist.
+//
+// The start time is checked against /proc at most once per revalidateEvery
+// for a cached process: a recorder resolves stacks of the same few busy
+// processes all the time, and three system calls per stack were its largest
+// user-space cost. A pid reused within that window is resolved against the
+// previous process's maps for at most that long.
 func (r *Resolver) process(pid uint32) *process {
+	now := time.Now()
+	r.mu.Lock()
+	if p, ok := r.procs.get(pid); ok && now.Sub(p.validated) < r.revalidate {
+		r.mu.Unlock()
+		return p
+	}
+	r.mu.Unlock()
 	start, err := readStartTime(r.procRoot, pid)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -154,12 +171,17 @@ func (r *Resolver) process(pid uint32) *process {
 		return nil
 	}
 	if p, ok := r.procs.get(pid); ok && p.start == start {
+		p.validated = now
 		return p
 	}
-	p := &process{pid: pid, start: start}
+	p := &process{pid: pid, start: start, validated: now}
 	r.procs.add(pid, p)
 	return p
 }
+
+// revalidateEvery bounds how long a cached process is trusted without
+// checking that its pid still names the same process.
+const revalidateEvery = time.Second
 
 // forget drops p from the process cache if it is still the cached entry for its pid.
 func (r *Resolver) forget(p *process) {

@@ -336,6 +336,13 @@ func TestResolveExited(t *testing.T) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("process %d still exists after exit: %v", p.pid, err)
 	}
+	// Within the revalidation window the cached process still answers: a
+	// sample that reaches user space just after its process exited keeps
+	// its symbols.
+	if f := r.Resolve(p.pid, addrs)[0]; f.Func != "holter_symbol_test_spin" {
+		t.Errorf("frame of a just-exited process = %+v, want it resolved from the cache", f)
+	}
+	r.revalidate = 0
 	frames := r.Resolve(p.pid, addrs)
 	for i, f := range frames {
 		if f != (Frame{Addr: addrs[i]}) {
@@ -581,6 +588,7 @@ func TestResolveFixture(t *testing.T) {
 	fp.write(1000, text1+wrongIno+container+deleted+specials, bin)
 
 	r := NewResolver(fp.root)
+	r.revalidate = 0 // this test replaces processes under the same pid at once
 	r.rereadInterval = 0
 	const unmapped = 0x30000000
 	addrs := []uint64{addr1 + 3, addr2, 0x20000008, 0x7ffd0010, 0x7ffe0008, unmapped, addrWrongIno, addrDeleted, addrContainer + 2}
