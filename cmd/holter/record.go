@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -28,8 +29,20 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
 	api := fs.String("api", "127.0.0.1:7070", "API address (empty: no API)")
 	token := fs.String("token", "", "API token; required for a non-loopback address")
+	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))

@@ -54,6 +54,9 @@ func printStatus(w io.Writer, s *recorder.Status) {
 	fmt.Fprintf(w, "host %s, recording since %s, epochs of %s\n", s.Host, s.Started.Format("2006-01-02 15:04:05 UTC"), s.Epoch)
 	fmt.Fprintf(w, "current epoch %d, last committed %d, monitor CPU %.3f%% of the machine in the last epoch\n",
 		s.CurrentEpoch, s.LastCommitted, s.MonitorCPU)
+	if s.SkippedEpochs > 0 {
+		fmt.Fprintf(w, "epochs that could not be committed (see the recorder's log): %d\n", s.SkippedEpochs)
+	}
 	if s.LateSamples > 0 {
 		fmt.Fprintf(w, "samples dropped for arriving after their epoch closed: %d\n", s.LateSamples)
 	}
@@ -84,4 +87,3 @@ func printStatus(w io.Writer, s *recorder.Status) {
 	fmt.Fprintf(w, "kernel memory: sketch maps %d KiB; other maps %d KiB (%s)\n",
 		sketchBytes/1024, otherBytes/1024, strings.Join(others, ", "))
 }
-

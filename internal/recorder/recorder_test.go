@@ -169,3 +169,34 @@ func directIODir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// TestSinkFailureSkipsEpoch checks that an epoch the store cannot take (a
+// full disk, say) is counted as skipped and recording goes on.
+func TestSinkFailureSkipsEpoch(t *testing.T) {
+	testutil.RequireRoot(t)
+	rec, err := New(Config{Epoch: time.Second, Vitals: []Vital{CPU}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var seen []int64
+	err = rec.Run(ctx, func(e *store.Epoch) error {
+		seen = append(seen, e.Epoch)
+		if len(seen) <= 2 {
+			return fmt.Errorf("no space left on device")
+		}
+		if len(seen) == 3 {
+			stop()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("recorder stopped on a failing sink: %v", err)
+	}
+	st := rec.Status()
+	if st.SkippedEpochs != 2 || st.LastCommitted != seen[len(seen)-1] || len(seen) < 3 {
+		t.Errorf("epochs handed over %v, skipped %d, last committed %d", seen, st.SkippedEpochs, st.LastCommitted)
+	}
+}

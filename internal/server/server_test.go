@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+func startServer(t *testing.T, opts Options) string {
+	t.Helper()
+	if opts.Store == nil {
+		st, err := store.Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		err = st.WriteEpoch(context.Background(), &store.Epoch{Host: "h", Epoch: 1, StartNs: 1, EndNs: 2,
+			Vitals: []store.Vital{{Name: "cpu", Events: 3, WeightSum: 30}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Store = st
+	}
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	srv, err := Listen(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	return "http://" + srv.Addr()
+}
+
+func get(t *testing.T, req *http.Request) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var body map[string]any
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %q", req.Method, req.URL, b)
+	}
+	return resp.StatusCode, body
+}
+
+func TestEndpoints(t *testing.T) {
+	base := startServer(t, Options{Status: func() recorder.Status { return recorder.Status{Host: "h", CurrentEpoch: 7} }})
+	q := func(sql string) string { return base + "/api/query?q=" + url.QueryEscape(sql) }
+	newReq := func(method, u, body string) *http.Request {
+		r, _ := http.NewRequest(method, u, strings.NewReader(body))
+		return r
+	}
+	cases := []struct {
+		name      string
+		req       *http.Request
+		code      int
+		wantKey   string
+		wantError string
+	}{
+		{"status", newReq("GET", base+"/api/status", ""), 200, "current_epoch", ""},
+		{"query get", newReq("GET", q("SELECT sum(weight_sum) AS w FROM vitals"), ""), 200, "rows", ""},
+		{"query post", newReq("POST", base+"/api/query", "SELECT epoch FROM epochs"), 200, "rows", ""},
+		{"missing query", newReq("GET", base+"/api/query", ""), 400, "", "missing query"},
+		{"empty body", newReq("POST", base+"/api/query", "  "), 400, "", "missing query"},
+		{"syntax error", newReq("GET", q("SELEKT 1"), ""), 400, "", "syntax error"},
+		{"unknown column", newReq("GET", q("SELECT nope FROM epochs"), ""), 400, "", "nope"},
+		{"write refused", newReq("POST", base+"/api/query", "DELETE FROM epochs"), 400, "", "read-only"},
+		{"file access refused", newReq("GET", q("SELECT * FROM read_csv('/etc/passwd')"), ""), 400, "", "disabled"},
+		{"too large", newReq("POST", base+"/api/query", "SELECT '"+strings.Repeat("x", MaxQueryBytes)+"'"), 413, "", "longer than"},
+		{"unknown path", newReq("GET", base+"/api/nothing", ""), 404, "", ""},
+		{"wrong method", newReq("DELETE", base+"/api/query", ""), 405, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := http.DefaultClient.Do(c.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != c.code {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.code, b)
+			}
+			if c.wantKey == "" && c.wantError == "" {
+				return
+			}
+			var body map[string]any
+			if err := json.Unmarshal(b, &body); err != nil {
+				t.Fatalf("body is not JSON: %q", b)
+			}
+			if c.wantKey != "" {
+				if _, ok := body[c.wantKey]; !ok {
+					t.Errorf("body lacks %q: %s", c.wantKey, b)
+				}
+			}
+			if c.wantError != "" && !strings.Contains(body["error"].(string), c.wantError) {
+				t.Errorf("error %q lacks %q", body["error"], c.wantError)
+			}
+		})
+	}
+	_, body := get(t, newReq("GET", q("SELECT sum(weight_sum) AS w FROM vitals"), ""))
+	if rows := body["rows"].([]any); len(rows) != 1 || rows[0].([]any)[0].(float64) != 30 {
+		t.Errorf("query answered %v", body)
+	}
+}
+
+func TestStoredRecordingHasNoStatus(t *testing.T) {
+	base := startServer(t, Options{})
+	r, _ := http.NewRequest("GET", base+"/api/status", nil)
+	code, body := get(t, r)
+	if code != 404 || !strings.Contains(body["error"].(string), "no recorder") {
+		t.Errorf("status without recorder: %d %v", code, body)
+	}
+}
+
+func TestToken(t *testing.T) {
+	if _, err := Listen(Options{Addr: "0.0.0.0:0"}); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("non-loopback address without a token: %v", err)
+	}
+	base := startServer(t, Options{Addr: "0.0.0.0:0", Token: "s3cret", Status: func() recorder.Status { return recorder.Status{} }})
+	base = strings.Replace(base, "0.0.0.0", "127.0.0.1", 1)
+	for _, c := range []struct {
+		auth string
+		code int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer s3cret", 200}} {
+		r, _ := http.NewRequest("GET", base+"/api/status", nil)
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		if code, body := get(t, r); code != c.code {
+			t.Errorf("auth %q: status %d (%v), want %d", c.auth, code, body, c.code)
+		}
+	}
+}
