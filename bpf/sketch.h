@@ -31,7 +31,14 @@ enum vital {
 	VITAL_SCHED = 1,
 	VITAL_BLCK = 2,
 	VITAL_BLIO = 3,
-	NR_VITALS = 11, /* room for the remaining vitals of the mission table */
+	VITAL_L2 = 4,
+	VITAL_KMEM = 5,
+	VITAL_UMEM = 6,
+	VITAL_SYSCALL = 7,
+	VITAL_SIGNAL = 8,
+	VITAL_SOCK = 9,
+	VITAL_LOCK = 10,
+	NR_VITALS = 11,
 };
 
 enum record_kind {
@@ -60,6 +67,7 @@ struct hl_stats {
 	__u64 lost_ringbuf;  /* sampled, but the ring buffer was full */
 	__u64 lost_state;    /* event seen without its start (e.g. map full) */
 	__u64 no_stack;      /* sampled without a stack */
+	__u64 secondary;     /* vital-specific: kmem pages freed, sock bytes received */
 };
 
 struct hl_sample {
@@ -265,6 +273,32 @@ static __always_inline void ident_from_task(struct hl_sample *s, struct task_str
 	BPF_CORE_READ_STR_INTO(&s->comm, task, comm);
 }
 
+/* The user-space PC at which the current task entered the kernel: the
+ * "site" of an event caused by a system call or fault; 0 for kernel threads. */
+static __always_inline __u64 user_site(struct task_struct *task)
+{
+	struct pt_regs *regs;
+
+	if (!task->mm)
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	return regs ? regs->ip : 0;
+}
+
+static __always_inline __u64 current_who(struct task_struct *task)
+{
+	__u64 ino = task->mm ? BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino) : 0;
+
+	return who_word(ino, (__u32)bpf_get_current_uid_gid());
+}
+
+static __always_inline __u32 clamp_weight(__u64 w)
+{
+	if (w == 0)
+		return 1;
+	return w > 0xffffffffULL ? 0xffffffff : w;
+}
+
 static __always_inline void note_stack(struct hl_sample *s, __u32 vital, __u32 copy)
 {
 	if (s->kstack_bytes <= 0 && s->ustack_bytes <= 0) {
@@ -273,5 +307,53 @@ static __always_inline void note_stack(struct hl_sample *s, __u32 vital, __u32 c
 			st->no_stack++;
 	}
 }
+
+/*
+ * Account an event of the current task; when it is sampled, return its
+ * sample with identity and both stacks filled in, for the caller to add
+ * its fields and pass to sample_submit.
+ */
+static __always_inline struct hl_sample *current_event(void *ctx, struct hl_control *ctl, __u32 vital,
+						       __u64 w0, __u64 w1, __u64 w2, __u32 weight,
+						       struct verdict *v)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct hl_sample *s;
+
+	if (!sketch_update(ctl, vital, w0, w1, w2, weight, v) || !v->sampled)
+		return NULL;
+	s = sample_begin(v, vital, w0, w1, w2, weight, bpf_ktime_get_ns());
+	if (!s)
+		return NULL;
+	ident_from_task(s, task);
+	s->kstack_bytes = bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0);
+	s->ustack_bytes = task->mm ? bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK) : 0;
+	return s;
+}
+
+static __always_inline void sample_submit(struct hl_sample *s, __u32 vital, struct verdict *v)
+{
+	note_stack(s, vital, v->copy);
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+}
+
+/* Small per-task marks for events that begin and end in the same task. */
+struct task_marks {
+	__u64 sys_ts;
+	__u64 sys_arg0;
+	__u64 sys_sp;
+	__u64 lock_ts;
+	__u64 lock_addr;
+	__s64 sys_nr;
+	__u32 lock_flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_marks);
+} task_marks SEC(".maps");
 
 #endif

@@ -7,9 +7,15 @@
  * unsupported without taking the others down.
  */
 #include "sketch.h"
+#include <bpf/bpf_endian.h>
 #include "cpu.bpf.h"
 #include "sched.bpf.h"
 #include "blio.bpf.h"
+#include "mem.bpf.h"
+#include "syscall.bpf.h"
+#include "signal.bpf.h"
+#include "sock.bpf.h"
+#include "lock.bpf.h"
 
 /* Keeps the sample layout in BTF so bpf2go generates its Go type. */
 struct hl_sample *unused_hl_sample __attribute__((unused));

@@ -2,8 +2,11 @@ package recorder
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -146,6 +149,7 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, error) {
 		out.LostRingbuf += s.LostRingbuf
 		out.LostState += s.LostState
 		out.NoStack += s.NoStack
+		out.Secondary += s.Secondary
 	}
 	var h vitalsHca
 	if err := r.objs.maps.Hcas.Lookup(key, &h); err != nil {
@@ -198,6 +202,9 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		Comm:      cString(s.Comm[:]),
 		Exe:       r.exe(ep, s.Pid, s.ExeIno),
 		Fields:    sampleFields(v, &s),
+	}
+	if v == Kmem || v == Umem {
+		out.Fields["free_kb"] = r.memFree.kb()
 	}
 	if n := frames(s.KstackBytes); n > 0 {
 		out.KStackID = ep.addStack(r.kernelStack(untilLoop(s.Kstack[:n])))
@@ -320,6 +327,24 @@ func sampleFields(v Vital, s *vitalsHlSample) map[string]any {
 		return map[string]any{"prio": int32(f[0]), "delay_ns": int64(f[1]), "site": f[2], "preempted": f[3] != 0}
 	case Blck:
 		return map[string]any{"prio": int32(f[0]), "delay_ns": int64(f[1]), "site": f[2], "sleep_state": uint32(f[3])}
+	case Syscall:
+		return map[string]any{"syscall_nr": int32(f[0]), "arg0": f[1], "ret": int64(f[2]), "latency_ns": int64(f[3])}
+	case Signal:
+		return map[string]any{"signal": int32(f[0]), "target_pid": uint32(f[1]), "si_code": int32(f[2]),
+			"handler": f[3], "result": int32(f[4]), "target_tid": uint32(f[5])}
+	case Lock:
+		return map[string]any{"lock_addr": f[0], "lock_flags": uint32(f[1]), "delay_ns": int64(f[2]), "ret": int64(int32(f[3]))}
+	case Kmem:
+		return map[string]any{"alloc_order": int32(f[0]), "gfp": uint32(f[1]), "migrate_type": int32(f[2])}
+	case Umem:
+		return map[string]any{"address": f[0], "ip": f[1], "fault_code": f[2]}
+	case Sock:
+		dir := "send"
+		if f[0] != 0 {
+			dir = "recv"
+		}
+		return map[string]any{"direction": dir, "family": sockFamily(f[1]), "protocol": ipProtocol(f[2]),
+			"peer": peerAddress(f[1], f[3], f[4]), "peer_port": int32(f[5]), "local_port": int32(f[6]), "bytes": f[7]}
 	case Blio:
 		return map[string]any{
 			"dev": fmt.Sprintf("%d:%d", f[0]>>20, f[0]&0xfffff), "sector": f[1],
@@ -350,4 +375,76 @@ func blockOp(op uint64) string {
 		return "drv_out"
 	}
 	return fmt.Sprintf("op%d", op)
+}
+
+func sockFamily(f uint64) string {
+	switch f {
+	case unix.AF_UNIX:
+		return "unix"
+	case unix.AF_INET:
+		return "inet"
+	case unix.AF_INET6:
+		return "inet6"
+	case unix.AF_NETLINK:
+		return "netlink"
+	}
+	return fmt.Sprintf("family%d", f)
+}
+
+func ipProtocol(p uint64) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_ICMP:
+		return "icmp"
+	case unix.IPPROTO_ICMPV6:
+		return "icmpv6"
+	case 0:
+		return ""
+	}
+	return fmt.Sprintf("proto%d", p)
+}
+
+// peerAddress renders the peer of an inet socket; the BPF side copies the
+// address bytes as they are in memory (network order).
+func peerAddress(family, a, b uint64) string {
+	switch family {
+	case unix.AF_INET:
+		var ip [4]byte
+		binary.LittleEndian.PutUint32(ip[:], uint32(a))
+		return netip.AddrFrom4(ip).String()
+	case unix.AF_INET6:
+		var ip [16]byte
+		binary.LittleEndian.PutUint64(ip[:8], a)
+		binary.LittleEndian.PutUint64(ip[8:], b)
+		return netip.AddrFrom16(ip).Unmap().String()
+	}
+	return ""
+}
+
+// memFree reads MemFree from /proc/meminfo at most once per pollInterval:
+// the free memory the kmem and umem samples carry.
+type memFree struct {
+	at    time.Time
+	value uint64
+}
+
+func (m *memFree) kb() uint64 {
+	if time.Since(m.at) < pollInterval {
+		return m.value
+	}
+	m.at = time.Now()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return m.value
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemFree:"); ok {
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &m.value)
+			break
+		}
+	}
+	return m.value
 }

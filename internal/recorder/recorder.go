@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,6 +142,7 @@ type Recorder struct {
 	kernel   *symbol.Kernel
 	procs    *symbol.Resolver
 	ncpu     int
+	memFree  memFree
 
 	mu     sync.Mutex
 	status Status
@@ -226,7 +228,7 @@ func (r *Recorder) describeUnsupported() {
 			fallthrough
 		case !vitalInfos[v].implemented:
 			r.setVitalStatus(v, func(s *VitalStatus) {
-				s.State, s.Reason = "not implemented", "this version records cpu, sched, blck and blio"
+				s.State, s.Reason = "not implemented", "no trigger for it in this version"
 			})
 		}
 	}
@@ -254,10 +256,11 @@ func (r *Recorder) enable(v Vital) error {
 				a.trigger = "tp_btf sched_wakeup, sched_wakeup_new, sched_switch"
 			}
 		}
-	case Blio:
-		a, err = r.objs.attachTracing(r.spec, vitalsProgVitalBlioInsert, vitalsProgVitalBlioIssue, vitalsProgVitalBlioComplete)
+	default:
+		progs := tracingPrograms[v]
+		a, err = r.objs.attachTracing(r.spec, progs...)
 		if a != nil {
-			a.trigger = "tp_btf block_rq_insert, block_rq_issue, block_rq_complete"
+			a.trigger = "tp_btf " + strings.Join(tracepointNames(r.spec, progs), ", ")
 		}
 	}
 	if err != nil {
@@ -269,6 +272,26 @@ func (r *Recorder) enable(v Vital) error {
 		s.State, s.Reason, s.Trigger, s.Threshold = "recording", "", a.trigger, 1<<r.cfg.Shift
 	})
 	return nil
+}
+
+// tracingPrograms are the BTF-tracepoint programs of each vital.
+var tracingPrograms = map[Vital][]string{
+	Blio:    {vitalsProgVitalBlioInsert, vitalsProgVitalBlioIssue, vitalsProgVitalBlioComplete},
+	Kmem:    {vitalsProgVitalKmemAlloc, vitalsProgVitalKmemFree},
+	Umem:    {vitalsProgVitalUmemFault},
+	Syscall: {vitalsProgVitalSysEnter, vitalsProgVitalSysExit},
+	Signal:  {vitalsProgVitalSignalGenerate},
+	Sock:    {vitalsProgVitalSockSend, vitalsProgVitalSockRecv},
+	Lock:    {vitalsProgVitalLockBegin, vitalsProgVitalLockEnd},
+}
+
+// tracepointNames are the tracepoints the programs attach to.
+func tracepointNames(spec *ebpf.CollectionSpec, progs []string) []string {
+	var out []string
+	for _, p := range progs {
+		out = append(out, spec.Programs[p].AttachTo)
+	}
+	return out
 }
 
 // writeControl publishes the configuration and the epoch generation gen.

@@ -37,10 +37,18 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 		{name: "sched_compete", args: []string{"3"}, vital: "sched", function: "holter_sched_compete"},
 		{name: "block_pipe", args: []string{"3"}, vital: "blck", function: "holter_block_on_pipe"},
 		{name: "direct_write", args: []string{filepath.Join(ioDir, "data"), "3"}, vital: "blio", function: "holter_direct_writes"},
+		{name: "mem_touch", args: []string{"3"}, vital: "umem", function: "holter_touch_pages"},
+		{name: "mem_touch", args: []string{"3"}, vital: "kmem", function: "holter_touch_pages"},
+		{name: "syscall_loop", args: []string{"3"}, vital: "syscall", function: "holter_syscall_loop"},
+		{name: "signal_kill", args: []string{"3"}, vital: "signal", function: "holter_signal_child"},
+		{name: "tcp_transfer", args: []string{"3"}, vital: "sock", function: "holter_tcp_send"},
+		{name: "mmap_contend", args: []string{"3"}, vital: "lock", function: "holter_mmap_contend"},
 	}
 	bins := map[string]string{}
 	for _, w := range workloads {
-		bins[w.name] = testutil.BuildWorkload(t, w.name)
+		if bins[w.name] == "" {
+			bins[w.name] = testutil.BuildWorkload(t, w.name)
+		}
 	}
 
 	st, err := store.Open(t.TempDir(), nil)
@@ -113,6 +121,33 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 			FROM samples WHERE vital = 'blio' AND pid = %d AND bytes_requested = 65536`, w.pid))
 		if row[0].(int64) == 0 || toInt(row[1]) <= 0 || row[3] != true {
 			t.Errorf("blio samples of 64 KiB writes: count, min latency, max bytes, all writes = %v", row)
+		}
+	})
+	byVital := map[string]*workload{}
+	for _, w := range workloads {
+		byVital[w.vital] = w
+	}
+	fieldChecks := map[string]string{
+		"syscall": `count(*) FILTER (WHERE syscall_nr = 110 AND latency_ns > 0 AND ret > 0)`, // getppid
+		"signal":  `count(*) FILTER (WHERE signal = 10 AND target_pid > 0 AND handler > 1)`,  // SIGUSR1, a handler
+		"sock":    `count(*) FILTER (WHERE direction = 'send' AND protocol = 'tcp' AND peer = '127.0.0.1' AND bytes > 0)`,
+		"umem":    `count(*) FILTER (WHERE address > 0 AND ip > 0 AND free_kb > 0)`,
+		"kmem":    `count(*) FILTER (WHERE alloc_order >= 0 AND free_kb > 0)`,
+		"lock":    `count(*) FILTER (WHERE lock_addr > 0 AND delay_ns > 0)`,
+	}
+	for vital, agg := range fieldChecks {
+		t.Run(vital+" fields", func(t *testing.T) {
+			w := byVital[vital]
+			row := queryRow(t, st, fmt.Sprintf(`SELECT %s FROM samples WHERE vital = '%s' AND pid = %d`, agg, vital, w.pid))
+			if row[0].(int64) == 0 {
+				t.Errorf("no %s sample of %s has the expected fields (%s)", vital, w.name, agg)
+			}
+		})
+	}
+	t.Run("kmem frees", func(t *testing.T) {
+		row := queryRow(t, st, `SELECT sum(secondary) FROM vitals WHERE vital = 'kmem'`)
+		if toInt(row[0]) == 0 {
+			t.Error("no pages freed were counted in the kmem vital")
 		}
 	})
 	t.Run("kernel stacks", func(t *testing.T) {

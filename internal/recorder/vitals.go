@@ -39,12 +39,12 @@ var vitalInfos = [numVitals]vitalInfo{
 	Blck:    {"blck", "µs blocked", true},
 	Blio:    {"blio", "bytes of block I/O", true},
 	L2:      {"l2", "cache misses", false},
-	Kmem:    {"kmem", "pages", false},
-	Umem:    {"umem", "page faults", false},
-	Syscall: {"syscall", "µs in system calls", false},
-	Signal:  {"signal", "signals", false},
-	Sock:    {"sock", "bytes", false},
-	Lock:    {"lock", "µs waiting", false},
+	Kmem:    {"kmem", "pages allocated", true},
+	Umem:    {"umem", "page faults", true},
+	Syscall: {"syscall", "µs in system calls", true},
+	Signal:  {"signal", "signals", true},
+	Sock:    {"sock", "bytes sent and received", true},
+	Lock:    {"lock", "µs waiting for kernel locks", true},
 }
 
 func (v Vital) String() string {

@@ -58,6 +58,7 @@ type vitalsHlStats struct {
 	LostRingbuf uint64
 	LostState   uint64
 	NoStack     uint64
+	Secondary   uint64
 }
 
 type vitalsIoStacks struct {
@@ -89,6 +90,18 @@ type vitalsIoState struct {
 	_        [4]byte
 }
 
+type vitalsTaskMarks struct {
+	_         structs.HostLayout
+	SysTs     uint64
+	SysArg0   uint64
+	SysSp     uint64
+	LockTs    uint64
+	LockAddr  uint64
+	SysNr     int64
+	LockFlags uint32
+	Pad       uint32
+}
+
 type vitalsTaskState struct {
 	_           structs.HostLayout
 	RunnableTs  uint64
@@ -115,14 +128,25 @@ const (
 	vitalsMapIoScratch            = "io_scratch"
 	vitalsMapSamples              = "samples"
 	vitalsMapStats                = "stats"
+	vitalsMapTaskMarks            = "task_marks"
 	vitalsMapTaskStates           = "task_states"
 	vitalsProgVitalBlioComplete   = "vital_blio_complete"
 	vitalsProgVitalBlioInsert     = "vital_blio_insert"
 	vitalsProgVitalBlioIssue      = "vital_blio_issue"
 	vitalsProgVitalCpu            = "vital_cpu"
+	vitalsProgVitalKmemAlloc      = "vital_kmem_alloc"
+	vitalsProgVitalKmemFree       = "vital_kmem_free"
+	vitalsProgVitalLockBegin      = "vital_lock_begin"
+	vitalsProgVitalLockEnd        = "vital_lock_end"
 	vitalsProgVitalSchedSwitch    = "vital_sched_switch"
 	vitalsProgVitalSchedWakeup    = "vital_sched_wakeup"
 	vitalsProgVitalSchedWakeupNew = "vital_sched_wakeup_new"
+	vitalsProgVitalSignalGenerate = "vital_signal_generate"
+	vitalsProgVitalSockRecv       = "vital_sock_recv"
+	vitalsProgVitalSockSend       = "vital_sock_send"
+	vitalsProgVitalSysEnter       = "vital_sys_enter"
+	vitalsProgVitalSysExit        = "vital_sys_exit"
+	vitalsProgVitalUmemFault      = "vital_umem_fault"
 	vitalsVarUnusedHlSample       = "unused_hl_sample"
 )
 
@@ -172,9 +196,19 @@ type vitalsProgramSpecs struct {
 	VitalBlioInsert     *ebpf.ProgramSpec `ebpf:"vital_blio_insert"`
 	VitalBlioIssue      *ebpf.ProgramSpec `ebpf:"vital_blio_issue"`
 	VitalCpu            *ebpf.ProgramSpec `ebpf:"vital_cpu"`
+	VitalKmemAlloc      *ebpf.ProgramSpec `ebpf:"vital_kmem_alloc"`
+	VitalKmemFree       *ebpf.ProgramSpec `ebpf:"vital_kmem_free"`
+	VitalLockBegin      *ebpf.ProgramSpec `ebpf:"vital_lock_begin"`
+	VitalLockEnd        *ebpf.ProgramSpec `ebpf:"vital_lock_end"`
 	VitalSchedSwitch    *ebpf.ProgramSpec `ebpf:"vital_sched_switch"`
 	VitalSchedWakeup    *ebpf.ProgramSpec `ebpf:"vital_sched_wakeup"`
 	VitalSchedWakeupNew *ebpf.ProgramSpec `ebpf:"vital_sched_wakeup_new"`
+	VitalSignalGenerate *ebpf.ProgramSpec `ebpf:"vital_signal_generate"`
+	VitalSockRecv       *ebpf.ProgramSpec `ebpf:"vital_sock_recv"`
+	VitalSockSend       *ebpf.ProgramSpec `ebpf:"vital_sock_send"`
+	VitalSysEnter       *ebpf.ProgramSpec `ebpf:"vital_sys_enter"`
+	VitalSysExit        *ebpf.ProgramSpec `ebpf:"vital_sys_exit"`
+	VitalUmemFault      *ebpf.ProgramSpec `ebpf:"vital_umem_fault"`
 }
 
 // vitalsMapSpecs contains maps before they are loaded into the kernel.
@@ -188,6 +222,7 @@ type vitalsMapSpecs struct {
 	IoScratch      *ebpf.MapSpec `ebpf:"io_scratch"`
 	Samples        *ebpf.MapSpec `ebpf:"samples"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	TaskMarks      *ebpf.MapSpec `ebpf:"task_marks"`
 	TaskStates     *ebpf.MapSpec `ebpf:"task_states"`
 }
 
@@ -225,6 +260,7 @@ type vitalsMaps struct {
 	IoScratch      *ebpf.Map `ebpf:"io_scratch"`
 	Samples        *ebpf.Map `ebpf:"samples"`
 	Stats          *ebpf.Map `ebpf:"stats"`
+	TaskMarks      *ebpf.Map `ebpf:"task_marks"`
 	TaskStates     *ebpf.Map `ebpf:"task_states"`
 }
 
@@ -237,6 +273,7 @@ func (m *vitalsMaps) Close() error {
 		m.IoScratch,
 		m.Samples,
 		m.Stats,
+		m.TaskMarks,
 		m.TaskStates,
 	)
 }
@@ -256,9 +293,19 @@ type vitalsPrograms struct {
 	VitalBlioInsert     *ebpf.Program `ebpf:"vital_blio_insert"`
 	VitalBlioIssue      *ebpf.Program `ebpf:"vital_blio_issue"`
 	VitalCpu            *ebpf.Program `ebpf:"vital_cpu"`
+	VitalKmemAlloc      *ebpf.Program `ebpf:"vital_kmem_alloc"`
+	VitalKmemFree       *ebpf.Program `ebpf:"vital_kmem_free"`
+	VitalLockBegin      *ebpf.Program `ebpf:"vital_lock_begin"`
+	VitalLockEnd        *ebpf.Program `ebpf:"vital_lock_end"`
 	VitalSchedSwitch    *ebpf.Program `ebpf:"vital_sched_switch"`
 	VitalSchedWakeup    *ebpf.Program `ebpf:"vital_sched_wakeup"`
 	VitalSchedWakeupNew *ebpf.Program `ebpf:"vital_sched_wakeup_new"`
+	VitalSignalGenerate *ebpf.Program `ebpf:"vital_signal_generate"`
+	VitalSockRecv       *ebpf.Program `ebpf:"vital_sock_recv"`
+	VitalSockSend       *ebpf.Program `ebpf:"vital_sock_send"`
+	VitalSysEnter       *ebpf.Program `ebpf:"vital_sys_enter"`
+	VitalSysExit        *ebpf.Program `ebpf:"vital_sys_exit"`
+	VitalUmemFault      *ebpf.Program `ebpf:"vital_umem_fault"`
 }
 
 func (p *vitalsPrograms) Close() error {
@@ -267,9 +314,19 @@ func (p *vitalsPrograms) Close() error {
 		p.VitalBlioInsert,
 		p.VitalBlioIssue,
 		p.VitalCpu,
+		p.VitalKmemAlloc,
+		p.VitalKmemFree,
+		p.VitalLockBegin,
+		p.VitalLockEnd,
 		p.VitalSchedSwitch,
 		p.VitalSchedWakeup,
 		p.VitalSchedWakeupNew,
+		p.VitalSignalGenerate,
+		p.VitalSockRecv,
+		p.VitalSockSend,
+		p.VitalSysEnter,
+		p.VitalSysExit,
+		p.VitalUmemFault,
 	)
 }
 

@@ -1,8 +1,10 @@
 package store
 
+import "fmt"
+
 // schemaVersion is bumped with every change to schema; migrations bring an
 // older file up to date in Open.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // schema creates the tables of an empty store. Times are UTC nanoseconds.
 // The samples table has one sparse column per event field; a column that
@@ -32,6 +34,8 @@ var schema = []string{
 		lost_state UBIGINT NOT NULL,
 		no_stack UBIGINT NOT NULL,
 		PRIMARY KEY (host, epoch, vital))`,
+	// version 2
+	`ALTER TABLE vitals ADD COLUMN IF NOT EXISTS secondary UBIGINT DEFAULT 0`,
 	`CREATE TABLE IF NOT EXISTS samples (
 		host VARCHAR NOT NULL,
 		epoch BIGINT NOT NULL,
@@ -46,22 +50,7 @@ var schema = []string{
 		comm VARCHAR NOT NULL,
 		exe VARCHAR NOT NULL,
 		kstack_id UBIGINT,
-		ustack_id UBIGINT,
-		ip UBIGINT,
-		in_kernel BOOLEAN,
-		prio INTEGER,
-		delay_ns BIGINT,
-		site UBIGINT,
-		preempted BOOLEAN,
-		sleep_state UINTEGER,
-		dev VARCHAR,
-		sector UBIGINT,
-		bytes_requested UBIGINT,
-		bytes_completed UBIGINT,
-		op VARCHAR,
-		latency_ns BIGINT,
-		queue_ns BIGINT,
-		error INTEGER)`,
+		ustack_id UBIGINT)`,
 	`CREATE TABLE IF NOT EXISTS stacks (
 		stack_id UBIGINT PRIMARY KEY,
 		kind VARCHAR NOT NULL,
@@ -70,4 +59,65 @@ var schema = []string{
 	`CREATE TABLE IF NOT EXISTS executables (
 		path VARCHAR PRIMARY KEY,
 		build_id VARCHAR NOT NULL)`,
+}
+
+// Column is one vital-specific column of the samples table.
+type Column struct {
+	Name string
+	Type string
+	Doc  string
+}
+
+// SampleFields are the vital-specific columns of the samples table, in
+// table order: new ones go at the end (Open adds them to older stores).
+var SampleFields = []Column{
+	{"ip", "UBIGINT", "cpu, umem: exact program counter"},
+	{"in_kernel", "BOOLEAN", "cpu: the PC is in the kernel"},
+	{"prio", "INTEGER", "sched, blck: priority"},
+	{"delay_ns", "BIGINT", "sched: runnable wait; blck: time blocked; lock: time waited"},
+	{"site", "UBIGINT", "sched, blck: user-space PC at kernel entry"},
+	{"preempted", "BOOLEAN", "sched: the wait followed a preemption (else a wake-up)"},
+	{"sleep_state", "UINTEGER", "blck: task state when it went to sleep"},
+	{"dev", "VARCHAR", "blio: device major:minor"},
+	{"sector", "UBIGINT", "blio: first sector"},
+	{"bytes_requested", "UBIGINT", "blio: bytes the request asked for"},
+	{"bytes_completed", "UBIGINT", "blio: bytes completed"},
+	{"op", "VARCHAR", "blio: read, write, flush, discard, ..."},
+	{"latency_ns", "BIGINT", "blio: issue to completion; syscall: entry to exit"},
+	{"queue_ns", "BIGINT", "blio: insertion to issue"},
+	{"error", "INTEGER", "blio: block status (0 ok)"},
+	// version 2
+	{"syscall_nr", "INTEGER", "syscall: number"},
+	{"arg0", "UBIGINT", "syscall: first argument"},
+	{"ret", "BIGINT", "syscall: return value; lock: contention_end's ret"},
+	{"signal", "INTEGER", "signal: number"},
+	{"target_pid", "UINTEGER", "signal: receiving process"},
+	{"target_tid", "UINTEGER", "signal: receiving thread"},
+	{"si_code", "INTEGER", "signal: si_code"},
+	{"handler", "UBIGINT", "signal: receiver's handler (0 default, 1 ignored)"},
+	{"result", "INTEGER", "signal: generation result (0 delivered)"},
+	{"lock_addr", "UBIGINT", "lock: address of the lock"},
+	{"lock_flags", "UINTEGER", "lock: LCB_F_* flags (spin, read, write, rt, per-cpu, mutex)"},
+	{"alloc_order", "INTEGER", "kmem: allocation order (2^order pages)"},
+	{"gfp", "UINTEGER", "kmem: GFP flags"},
+	{"migrate_type", "INTEGER", "kmem: migrate type"},
+	{"address", "UBIGINT", "umem: faulting address"},
+	{"fault_code", "UBIGINT", "umem: page fault error code"},
+	{"free_kb", "UBIGINT", "kmem, umem: free memory (MemFree) when the sample was read"},
+	{"direction", "VARCHAR", "sock: send or recv"},
+	{"family", "VARCHAR", "sock: inet, inet6, unix, ..."},
+	{"protocol", "VARCHAR", "sock: tcp, udp, ..."},
+	{"peer", "VARCHAR", "sock: peer address"},
+	{"peer_port", "INTEGER", "sock: peer port"},
+	{"local_port", "INTEGER", "sock: local port"},
+	{"bytes", "UBIGINT", "sock: bytes moved"},
+}
+
+// fieldColumnDDL adds every field column a store lacks.
+func fieldColumnDDL() []string {
+	out := make([]string, len(SampleFields))
+	for i, c := range SampleFields {
+		out[i] = fmt.Sprintf("ALTER TABLE samples ADD COLUMN IF NOT EXISTS %s %s", c.Name, c.Type)
+	}
+	return out
 }

@@ -146,7 +146,7 @@ func (s *Store) migrate(existed bool) error {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	defer tx.Rollback()
-	for _, stmt := range schema {
+	for _, stmt := range append(schema, fieldColumnDDL()...) {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("migrate store: %w", err)
 		}
@@ -193,8 +193,9 @@ func (s *Store) checkVersion() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: not a holter store (no schema version): %w", s.path, err)
 	}
-	if v != fmt.Sprint(schemaVersion) {
-		return fmt.Errorf("open store %s: schema version %s, this holter reads version %d", s.path, v, schemaVersion)
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil || n > schemaVersion {
+		return fmt.Errorf("open store %s: schema version %s is newer than this holter's (%d)", s.path, v, schemaVersion)
 	}
 	return nil
 }
@@ -240,6 +241,9 @@ type Vital struct {
 	LostRingbuf    uint64
 	LostState      uint64
 	NoStack        uint64
+	// Secondary is a vital-specific total: pages freed for kmem, bytes
+	// received for sock.
+	Secondary uint64
 }
 
 // Lost is what this vital missed in the epoch.
@@ -262,11 +266,6 @@ type Sample struct {
 	UStackID  uint64 // 0: none
 	Fields    map[string]any
 }
-
-// SampleFields are the vital-specific columns of the samples table.
-var SampleFields = []string{"ip", "in_kernel", "prio", "delay_ns", "site", "preempted",
-	"sleep_state", "dev", "sector", "bytes_requested", "bytes_completed", "op",
-	"latency_ns", "queue_ns", "error"}
 
 // Stack is a symbolized stack, deduplicated by ID across the store.
 type Stack struct {
@@ -352,7 +351,7 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		err := appendRows(dconn, "vitals", len(e.Vitals), func(i int) []driver.Value {
 			v := e.Vitals[i]
 			return []driver.Value{e.Host, e.Epoch, v.Name, v.Events, v.WeightSum, v.Samples, v.DistinctLabels,
-				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack}
+				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary}
 		})
 		if err != nil {
 			return err
@@ -379,7 +378,7 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 			row = append(row, e.Host, e.Epoch, sm.TsNs, sm.Vital, sm.LabelHash, sm.Weight, sm.EstCount,
 				sm.Pid, sm.Tid, sm.Uid, sm.Comm, sm.Exe, nullID(sm.KStackID), nullID(sm.UStackID))
 			for _, f := range SampleFields {
-				row = append(row, sm.Fields[f])
+				row = append(row, sm.Fields[f.Name])
 			}
 			return row
 		})

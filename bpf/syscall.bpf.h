@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * syscall — system calls (Chopstix §4.2, raw_syscalls). Entry notes the
+ * time, number, first argument and user stack pointer in task storage; exit
+ * closes the call. Label: the stack pointer with its low 8 bits masked (the
+ * call's place in the program, stable across calls from one site) and the
+ * syscall number. Weight: latency in µs.
+ *
+ * Fields: f[0] syscall number, f[1] first argument, f[2] return value,
+ * f[3] latency ns.
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(vital_sys_enter, struct pt_regs *regs, long id)
+{
+	struct hl_control *ctl = get_control();
+	struct task_struct *task;
+	struct task_marks *m;
+
+	if (!vital_enabled(ctl, VITAL_SYSCALL))
+		return 0;
+	task = bpf_get_current_task_btf();
+	m = bpf_task_storage_get(&task_marks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!m)
+		return 0;
+	m->sys_ts = bpf_ktime_get_ns();
+	m->sys_nr = id;
+	m->sys_arg0 = regs->di;
+	m->sys_sp = regs->sp;
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct hl_control *ctl = get_control();
+	struct task_struct *task;
+	struct task_marks *m;
+	struct hl_sample *s;
+	struct verdict v;
+	__u64 lat;
+
+	if (!vital_enabled(ctl, VITAL_SYSCALL))
+		return 0;
+	task = bpf_get_current_task_btf();
+	m = bpf_task_storage_get(&task_marks, task, 0, 0);
+	if (!m || !m->sys_ts)
+		return 0; /* entered before the recorder started */
+	lat = bpf_ktime_get_ns() - m->sys_ts;
+	m->sys_ts = 0;
+	s = current_event(ctx, ctl, VITAL_SYSCALL, m->sys_sp & ~0xffULL, m->sys_nr, current_who(task),
+			  clamp_weight(lat / 1000), &v);
+	if (!s)
+		return 0;
+	s->f[0] = m->sys_nr;
+	s->f[1] = m->sys_arg0;
+	s->f[2] = ret;
+	s->f[3] = lat;
+	sample_submit(s, VITAL_SYSCALL, &v);
+	return 0;
+}
