@@ -11,6 +11,7 @@ command -v clang >/dev/null || need+=(clang)
 command -v llvm-strip >/dev/null || need+=(llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v git >/dev/null || need+=(git)
+command -v stress-ng >/dev/null || need+=(stress-ng)
 
 if ((${#need[@]})); then
 	echo "setup: installing ${need[*]}" >&2

@@ -235,3 +235,64 @@ func TestSinkFailureSkipsEpoch(t *testing.T) {
 		t.Errorf("epochs handed over %v, skipped %d, last committed %d", seen, st.SkippedEpochs, st.LastCommitted)
 	}
 }
+
+// TestStressNGProvokesEveryVital runs Debian's stress-ng — a workload nobody
+// here wrote — with a stressor for each vital, and checks every vital
+// recorded samples charged to stress-ng.
+func TestStressNGProvokesEveryVital(t *testing.T) {
+	testutil.RequireRoot(t)
+	stressNG := testutil.RequireTool(t, "stress-ng")
+	dir := directIODir(t)
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec, err := New(Config{Epoch: time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cmd := exec.Command(stressNG, "--timeout", "4s", "--temp-path", dir,
+		"--cpu", "1", // cpu
+		"--switch", "1", // sched
+		"--sleep", "1", // blck
+		"--hdd", "1", "--hdd-opts", "direct", // blio
+		"--fault", "1", "--vm", "1", // umem, kmem
+		"--get", "1", // syscall
+		"--kill", "1", // signal
+		"--sock", "1", // sock
+		"--dir", "2", "--dentry", "2") // lock: directory and dentry locks
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("stress-ng: %v\n%s", err, out)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("recorder: %v", err)
+	}
+	res, err := st.Query(context.Background(), `SELECT vital, count(*) FILTER (WHERE comm LIKE 'stress-ng%'),
+		sum(weight) FILTER (WHERE comm LIKE 'stress-ng%') FROM samples GROUP BY vital`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, row := range res.Rows {
+		got[row[0].(string)] = row[1].(int64)
+		t.Logf("%s: %v stress-ng samples, weight %v", row[0], row[1], row[2])
+	}
+	for _, v := range AllVitals() {
+		if v == L2 {
+			continue // no PMU on these machines: reported unsupported
+		}
+		if got[v.String()] == 0 {
+			t.Errorf("%s: no samples charged to stress-ng", v)
+		}
+	}
+}
