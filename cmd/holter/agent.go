@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,6 +97,12 @@ func (c *client) query(ctx context.Context, q string) (*store.Result, error) {
 	var res store.Result
 	err := c.do(ctx, http.MethodPost, "/api/query", strings.NewReader(q), &res)
 	return &res, err
+}
+
+func (c *client) setVital(ctx context.Context, name string, on bool) (*recorder.Status, error) {
+	var st recorder.Status
+	err := c.do(ctx, http.MethodPost, fmt.Sprintf("/api/vitals/%s?enabled=%t", url.PathEscape(name), on), nil, &st)
+	return &st, err
 }
 
 func (c *client) status(ctx context.Context) (*recorder.Status, error) {

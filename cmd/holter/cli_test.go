@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -136,7 +137,8 @@ func TestKill9KeepsCommittedEpochs(t *testing.T) {
 	checks := map[string]string{
 		"sample count": `SELECT e.epoch FROM epochs e LEFT JOIN (SELECT epoch, count(*) n FROM samples GROUP BY epoch) s
 			ON s.epoch = e.epoch WHERE e.samples <> coalesce(s.n, 0)`,
-		"vitals":         `SELECT e.epoch FROM epochs e LEFT JOIN vitals v ON v.epoch = e.epoch GROUP BY e.epoch HAVING count(v.vital) <> 4`,
+		"vitals": `SELECT e.epoch, count(v.vital) FROM epochs e LEFT JOIN vitals v ON v.epoch = e.epoch
+			GROUP BY e.epoch HAVING count(v.vital) <> (SELECT count(DISTINCT vital) FROM vitals)`,
 		"orphan vitals":  `SELECT DISTINCT epoch FROM vitals WHERE epoch NOT IN (SELECT epoch FROM epochs)`,
 		"orphan samples": `SELECT DISTINCT epoch FROM samples WHERE epoch NOT IN (SELECT epoch FROM epochs)`,
 		"stacks": `SELECT DISTINCT s.epoch FROM samples s WHERE (s.kstack_id IS NOT NULL AND s.kstack_id NOT IN (SELECT stack_id FROM stacks))
@@ -152,6 +154,19 @@ func TestKill9KeepsCommittedEpochs(t *testing.T) {
 		}
 	}
 	t.Logf("%d kills: %d epochs reported committed, %d present", kills, len(committed), len(present))
+}
+
+func queryJSON(t *testing.T, bin, dir, q string) []map[string]any {
+	t.Helper()
+	out, errOut, code := runHolter(t, bin, "query", "--data", dir, "--format", "json", q)
+	if code != 0 {
+		t.Fatalf("%s: exit %d: %s", q, code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return rows
 }
 
 func runHolter(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
@@ -207,6 +222,30 @@ func TestQueryAndStatus(t *testing.T) {
 	_, errOut, code = runHolter(t, bin, "query", "--data", dir, "SELECT nope FROM epochs")
 	if code == 0 || !strings.Contains(errOut, "nope") {
 		t.Errorf("bad column: exit %d, %s", code, errOut)
+	}
+
+	// Vitals stop and start at run time.
+	out, errOut, code = runHolter(t, bin, "vitals", "--data", dir, "--disable", "syscall,kmem")
+	if code != 0 || !regexp.MustCompile(`(?m)^syscall\s+disabled`).MatchString(out) || !regexp.MustCompile(`(?m)^kmem\s+disabled`).MatchString(out) {
+		t.Fatalf("vitals --disable: exit %d %s\n%s", code, errOut, out)
+	}
+	after := r.waitEpochs(t, 2)
+	res := queryJSON(t, bin, dir, fmt.Sprintf(`SELECT count(*) AS n FROM vitals WHERE epoch = %d AND vital IN ('syscall', 'kmem')`, after[1]))
+	if res[0]["n"].(float64) != 0 {
+		t.Errorf("epoch %d recorded disabled vitals", after[1])
+	}
+	out, errOut, code = runHolter(t, bin, "vitals", "--data", dir, "--enable", "syscall")
+	if code != 0 || !regexp.MustCompile(`(?m)^syscall\s+recording`).MatchString(out) {
+		t.Fatalf("vitals --enable: exit %d %s\n%s", code, errOut, out)
+	}
+	after = r.waitEpochs(t, 2)
+	res = queryJSON(t, bin, dir, fmt.Sprintf(`SELECT count(*) AS n FROM vitals WHERE epoch = %d AND vital = 'syscall' AND events > 0`, after[1]))
+	if res[0]["n"].(float64) != 1 {
+		t.Errorf("epoch %d has no syscall events after re-enabling", after[1])
+	}
+	_, errOut, code = runHolter(t, bin, "vitals", "--data", dir, "--enable", "heart")
+	if code == 0 || !strings.Contains(errOut, `unknown vital "heart"`) {
+		t.Errorf("vitals --enable heart: exit %d, %s", code, errOut)
 	}
 
 	// A second recorder on the same data directory is refused clearly.

@@ -31,6 +31,7 @@ func commands() []command {
 		{"record", "record the vital signs into the store and serve the API", runRecord},
 		{"query", "answer SQL over the store", runQuery},
 		{"status", "say what is recorded, what is unsupported and why", runStatus},
+		{"vitals", "start or stop recording vitals in the running recorder", runVitals},
 		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "holter", version)
 			return nil

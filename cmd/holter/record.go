@@ -96,7 +96,20 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 
 	if *api != "" {
-		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: rec.Status})
+		setVital := func(name string, on bool) error {
+			vs, err := recorder.ParseVitals(name)
+			if err != nil {
+				return err
+			}
+			for _, v := range vs {
+				if err := rec.SetEnabled(v, on); err != nil {
+					return fmt.Errorf("%s: %w", v, err)
+				}
+				logf("%s %s", v, map[bool]string{true: "enabled", false: "disabled"}[on])
+			}
+			return nil
+		}
+		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: rec.Status, SetVital: setVital})
 		if err != nil {
 			return err
 		}

@@ -87,3 +87,37 @@ func printStatus(w io.Writer, s *recorder.Status) {
 	fmt.Fprintf(w, "kernel memory: sketch maps %d KiB; other maps %d KiB (%s)\n",
 		sketchBytes/1024, otherBytes/1024, strings.Join(others, ", "))
 }
+
+func runVitals(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("vitals", stderr)
+	data := fs.String("data", defaultDataDir, "data directory of the running recorder")
+	api := fs.String("api", "", "recorder API address (default: the one recording into --data)")
+	token := fs.String("token", "", "API token")
+	enable := fs.String("enable", "", "comma-separated vitals to start recording")
+	disable := fs.String("disable", "", "comma-separated vitals to stop recording")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	c, ok := findAgent(*data, *api, *token)
+	if !ok {
+		return fmt.Errorf("no recorder is running for %s", *data)
+	}
+	ctx := context.Background()
+	st, err := c.status(ctx)
+	for _, change := range []struct {
+		list string
+		on   bool
+	}{{*disable, false}, {*enable, true}} {
+		for _, name := range strings.Split(change.list, ",") {
+			if name = strings.TrimSpace(name); name == "" || err != nil {
+				continue
+			}
+			st, err = c.setVital(ctx, name, change.on)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	printStatus(stdout, st)
+	return nil
+}

@@ -54,6 +54,8 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 
 // bpfRunTime is the total run time of the recorder's programs so far.
 func (r *Recorder) bpfRunTime() int64 {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
 	var total time.Duration
 	for _, a := range r.attached {
 		for _, p := range a.progs {
@@ -78,7 +80,7 @@ func userCPUTime() int64 {
 func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 	end := time.Now()
 	next := r.newEpoch(ep.gen+1, ep.number+1, end)
-	if err := r.writeControl(next.gen); err != nil {
+	if err := r.advance(next.gen); err != nil {
 		return nil, err
 	}
 	time.Sleep(drainGrace)
@@ -103,6 +105,11 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		MonitorUserNs: next.userNs - ep.userNs,
 		Samples:       ep.samples,
 	}
+	if res.MonitorBPFNs < 0 { // a vital was stopped and its programs' run time went with them
+		res.MonitorBPFNs = 0
+	}
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
 	for _, v := range AllVitals() {
 		if _, ok := r.attached[v]; !ok {
 			continue

@@ -144,6 +144,12 @@ type Recorder struct {
 	ncpu     int
 	memFree  memFree
 
+	// ctlMu guards what the control block is made of: the attached vitals,
+	// the generation and the seeds. Run and SetEnabled both change it.
+	ctlMu sync.Mutex
+	gen   uint64
+	seeds [2]uint64
+
 	mu     sync.Mutex
 	status Status
 }
@@ -180,7 +186,7 @@ func New(cfg Config) (*Recorder, error) {
 	} else {
 		cfg.Logf("BPF run-time statistics unavailable, monitor cost excludes BPF time: %v", err)
 	}
-	if err := r.writeControl(0); err != nil {
+	if err := r.advance(0); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -294,11 +300,22 @@ func tracepointNames(spec *ebpf.CollectionSpec, progs []string) []string {
 	return out
 }
 
-// writeControl publishes the configuration and the epoch generation gen.
-func (r *Recorder) writeControl(gen uint64) error {
+// advance publishes the epoch generation gen with the configuration.
+// The seed of the copy becoming active is renewed, so no two labels
+// collide epoch after epoch; the other copy's seed is left alone.
+func (r *Recorder) advance(gen uint64) error {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	r.gen = gen
+	r.seeds[gen&1] = rand.Uint64()
+	return r.writeControl()
+}
+
+// writeControl publishes the configuration; r.ctlMu must be held.
+func (r *Recorder) writeControl() error {
 	var ctl vitalsHlControl
-	ctl.Gen = gen
-	ctl.Seed[0], ctl.Seed[1] = rand.Uint64(), rand.Uint64()
+	ctl.Gen = r.gen
+	ctl.Seed = r.seeds
 	for i := range ctl.Shift {
 		ctl.Shift[i] = uint32(r.cfg.Shift)
 	}
@@ -311,6 +328,50 @@ func (r *Recorder) writeControl(gen uint64) error {
 		return fmt.Errorf("write recorder control: %w", err)
 	}
 	return nil
+}
+
+// SetEnabled starts or stops recording one vital while the recorder runs.
+// A vital stopped during an epoch is absent from that epoch; one started
+// begins with empty sketches.
+func (r *Recorder) SetEnabled(v Vital, on bool) error {
+	if v >= numVitals {
+		return fmt.Errorf("unknown vital %d", v)
+	}
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	a, attached := r.attached[v]
+	if on == attached {
+		return nil
+	}
+	if on {
+		for copyIdx := uint32(0); copyIdx < 2; copyIdx++ {
+			if _, err := r.readAndClear(copyIdx, v); err != nil {
+				return err
+			}
+		}
+		if err := r.enable(v); err != nil {
+			return err
+		}
+		return r.writeControl()
+	}
+	delete(r.attached, v)
+	if v == Sched || v == Blck {
+		// sched and blck share the context-switch programs: the one still
+		// recording keeps them.
+		other := Sched + Blck - v
+		if o, ok := r.attached[other]; ok {
+			if len(o.progs) == 0 {
+				r.attached[other] = a
+			}
+			a = nil
+		}
+	}
+	err := r.writeControl()
+	if a != nil {
+		a.Close()
+	}
+	r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "disabled", "" })
+	return err
 }
 
 // Status returns a snapshot of what is being recorded.
@@ -351,7 +412,7 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		case <-done:
 		}
 	}()
-	if err := r.writeControl(0); err != nil { // now with the attached vitals enabled
+	if err := r.advance(0); err != nil { // now with the attached vitals enabled
 		return err
 	}
 	ep := r.newEpoch(0, r.cfg.FirstEpoch, time.Now())

@@ -31,6 +31,8 @@ type Options struct {
 	Store Querier
 	// Status reports the recorder; nil when serving a stored recording.
 	Status func() recorder.Status
+	// SetVital starts or stops one vital; nil when serving a stored recording.
+	SetVital func(name string, on bool) error
 }
 
 // Server is a running API server.
@@ -60,6 +62,26 @@ func Listen(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
 		if opts.Status == nil {
 			writeError(w, http.StatusNotFound, "no recorder: this server shows a stored recording")
+			return
+		}
+		writeJSON(w, http.StatusOK, opts.Status())
+	})
+	mux.HandleFunc("POST /api/vitals/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if opts.SetVital == nil {
+			writeError(w, http.StatusNotFound, "no recorder: this server shows a stored recording")
+			return
+		}
+		var on bool
+		switch r.URL.Query().Get("enabled") {
+		case "true", "1":
+			on = true
+		case "false", "0":
+		default:
+			writeError(w, http.StatusBadRequest, "say enabled=true or enabled=false")
+			return
+		}
+		if err := opts.SetVital(r.PathValue("name"), on); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, opts.Status())

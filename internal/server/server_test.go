@@ -81,6 +81,7 @@ func TestEndpoints(t *testing.T) {
 		{"too large", newReq("POST", base+"/api/query", "SELECT '"+strings.Repeat("x", MaxQueryBytes)+"'"), 413, "", "longer than"},
 		{"unknown path", newReq("GET", base+"/api/nothing", ""), 404, "", ""},
 		{"wrong method", newReq("DELETE", base+"/api/query", ""), 405, "", ""},
+		{"vital toggle without a recorder", newReq("POST", base+"/api/vitals/cpu?enabled=false", ""), 404, "", "no recorder"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
