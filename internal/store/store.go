@@ -146,7 +146,7 @@ func (s *Store) migrate(existed bool) error {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	defer tx.Rollback()
-	for _, stmt := range append(schema, fieldColumnDDL()...) {
+	for _, stmt := range append(append(schema, fieldColumnDDL()...), rollupSchema...) {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("migrate store: %w", err)
 		}
@@ -384,6 +384,9 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		})
 	})
 	if err != nil {
+		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	if err := updateRollups(ctx, conn, e.Host, e.StartNs); err != nil {
 		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
 	return newStacks, newExes, nil
