@@ -19,7 +19,7 @@ func TestRollupsEqualTheirEpochs(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 7))
 	const minute = int64(60e9)
-	start := int64(1_700_000_000) * 1e9 // not aligned to any bucket
+	start := int64(1_700_000_000) * 1e9     // not aligned to any bucket
 	for n := int64(1); n <= 36*60; n += 7 { // every 7th minute: 309 epochs over 36 hours
 		e := &Epoch{Host: "h", Epoch: n, StartNs: start + n*minute, EndNs: start + (n+1)*minute}
 		for _, v := range []string{"cpu", "blck"} {
