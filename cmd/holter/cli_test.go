@@ -290,6 +290,7 @@ func TestRecordErrors(t *testing.T) {
 		{name: "unknown vital", args: []string{"record", "--vitals", "cpu,heart"}, code: 2, want: `unknown vital "heart"`},
 		{name: "bad threshold", args: []string{"record", "--threshold", "3"}, code: 2, want: "not a power of 2"},
 		{name: "short epoch", args: []string{"record", "--epoch", "100ms"}, code: 2, want: "shorter than the minimum"},
+		{name: "bad retention", args: []string{"record", "--retain-raw", "a week"}, code: 2, want: "--retain-raw"},
 		{name: "unknown command", args: []string{"recrod"}, code: 2, want: `unknown command "recrod"`},
 		{name: "not root", args: []string{"record"}, asNobody: true, code: 1, want: "CAP_BPF"},
 		{name: "corrupt store", args: []string{"record", "--api", ""}, code: 1, want: "left untouched",

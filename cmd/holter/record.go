@@ -30,6 +30,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	api := fs.String("api", "127.0.0.1:7070", "API address (empty: no API)")
 	token := fs.String("token", "", "API token; required for a non-loopback address")
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
+	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
+	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -59,6 +61,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		for 1<<shift < *threshold {
 			shift++
 		}
+	}
+	var retention store.Retention
+	if retention.RawAge, err = parseAge(*retainRaw); err != nil {
+		return usagef("--retain-raw: %v", err)
+	}
+	if retention.RollupAge, err = parseAge(*retainRollups); err != nil {
+		return usagef("--retain-rollups: %v", err)
 	}
 	if *epoch < recorder.MinEpoch {
 		return usagef("epoch %v is shorter than the minimum %v", *epoch, recorder.MinEpoch)
@@ -123,10 +132,20 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	printRecording(stderr, rec.Status(), st.Path())
 
+	var lastPrune time.Time
 	return rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
 		if err := st.WriteEpoch(context.Background(), e); err != nil {
 			return err
+		}
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			rep, err := st.Prune(context.Background(), retention, lastPrune)
+			if err != nil {
+				logf("retention: %v", err)
+			} else if rep.Epochs > 0 || rep.RollupRows > 0 {
+				logf("retention: pruned %d raw epochs, %d rollup rows, %d stacks", rep.Epochs, rep.RollupRows, rep.Stacks)
+			}
 		}
 		var parts []string
 		for _, v := range e.Vitals {
@@ -152,6 +171,28 @@ func printRecording(w io.Writer, s recorder.Status, path string) {
 			fmt.Fprintf(w, "  %-8s %s: %s\n", v.Name, v.State, v.Reason)
 		}
 	}
+}
+
+// pruneEvery is how often the recorder applies the retention limits.
+const pruneEvery = 10 * time.Minute
+
+// parseAge reads a duration that may also be given in days ("7d").
+func parseAge(s string) (time.Duration, error) {
+	if s == "0" || s == "" {
+		return 0, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		if _, err := fmt.Sscanf(days, "%g", &n); err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a number of days", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration like 7d or 36h", s)
+	}
+	return d, nil
 }
 
 func vitalNames() []string {

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func writeDays(t *testing.T, s *Store, start time.Time, epochs int, every time.Duration, samples int) {
+	t.Helper()
+	for n := 1; n <= epochs; n++ {
+		at := start.Add(time.Duration(n) * every).UnixNano()
+		e := &Epoch{Host: "h", Epoch: int64(n), StartNs: at, EndNs: at + int64(time.Minute),
+			Vitals: []Vital{{Name: "cpu", Events: 10, WeightSum: 100}}}
+		for i := 0; i < samples; i++ {
+			id := uint64(n*1000 + i + 1)
+			e.Samples = append(e.Samples, Sample{TsNs: at, Vital: "cpu", LabelHash: uint64(i), Weight: uint64(i),
+				Comm: fmt.Sprintf("comm-%d-%d", n, i), Exe: "/x", KStackID: id})
+			e.Stacks = append(e.Stacks, Stack{ID: id, Kind: "kernel", Frames: []string{fmt.Sprintf("f%d", id)}, Modules: []string{"vmlinux"}})
+		}
+		if err := s.WriteEpoch(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func count(t *testing.T, s *Store, q string) int64 {
+	t.Helper()
+	res, err := s.Query(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Rows[0][0].(int64)
+}
+
+func TestPruneByAgeKeepsRollups(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	writeDays(t, s, start, 72, time.Hour, 15) // three days, hourly; more labels than a bucket keeps on top
+	now := start.Add(73 * time.Hour)
+	rep, err := s.Prune(context.Background(), Retention{RawAge: 24 * time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", rep)
+	cutoff := now.Add(-24 * time.Hour).UnixNano()
+	if n := count(t, s, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE start_ns < %d`, cutoff)); n != 0 {
+		t.Errorf("%d raw epochs older than the limit remain", n)
+	}
+	if n := count(t, s, `SELECT count(*) FROM epochs`); n != 24 {
+		t.Errorf("%d raw epochs remain, want the last 24", n)
+	}
+	for _, q := range []string{
+		`SELECT count(*) FROM samples WHERE epoch NOT IN (SELECT epoch FROM epochs)`,
+		`SELECT count(*) FROM vitals WHERE epoch NOT IN (SELECT epoch FROM epochs)`,
+		`SELECT count(*) FROM stacks WHERE stack_id NOT IN (SELECT kstack_id FROM samples UNION ALL SELECT kstack_id FROM rollup_top WHERE kstack_id IS NOT NULL)`,
+	} {
+		if n := count(t, s, q); n != 0 {
+			t.Errorf("%s: %d", q, n)
+		}
+	}
+	if n := count(t, s, `SELECT count(*) FROM rollups WHERE timescale = '1d'`); n != 4 {
+		t.Errorf("1-day rollups = %d, want 4 (kept past the raw limit)", n)
+	}
+	if rep.Stacks == 0 {
+		t.Error("no unreferenced stack was pruned")
+	}
+}
