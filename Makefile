@@ -21,7 +21,8 @@ check-generated: setup
 	./scripts/check-generated.sh
 
 # The whole suite. The privileged tests need root; with CI=true they fail
-# rather than skip.
+# rather than skip. Packages run one at a time (-p 1): several of them run a
+# whole-system recorder, and one's workloads would be another's noise.
 test: setup check-generated
 	go vet ./...
-	go test -count=1 -timeout 20m ./...
+	go test -count=1 -p 1 -timeout 20m ./...

@@ -23,6 +23,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", defaultDataDir, "data directory holding the store")
 	epoch := fs.Duration("epoch", recorder.DefaultEpoch, "epoch length (at least 1s)")
 	vitals := fs.String("vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "))
+	budget := fs.String("budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)")
 	threshold := fs.Uint("threshold", 0, "sampling threshold t, a power of 2 (default 2^sketch.DefaultShift)")
 	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
 	schedMin := fs.Duration("sched-min", recorder.DefaultSchedMin, "scheduling delay that counts as an event")
@@ -62,6 +63,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			shift++
 		}
 	}
+	budgetFrac, err := parseBudget(*budget)
+	if err != nil {
+		return usagef("--budget: %v", err)
+	}
 	var retention store.Retention
 	if retention.RawAge, err = parseAge(*retainRaw); err != nil {
 		return usagef("--retain-raw: %v", err)
@@ -90,7 +95,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz,
+	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz, Budget: budgetFrac,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf}
 	if cfg.FirstEpoch, err = st.NextEpoch(context.Background(), hostname()); err != nil {
 		return err
@@ -175,6 +180,19 @@ func printRecording(w io.Writer, s recorder.Status, path string) {
 
 // pruneEvery is how often the recorder applies the retention limits.
 const pruneEvery = 10 * time.Minute
+
+// parseBudget reads "1%", "0.5%" or "off".
+func parseBudget(s string) (float64, error) {
+	if s == "off" {
+		return -1, nil
+	}
+	pct, ok := strings.CutSuffix(s, "%")
+	var v float64
+	if _, err := fmt.Sscanf(pct, "%g", &v); !ok || err != nil || v <= 0 || v > 100 {
+		return 0, fmt.Errorf("%q is not a percentage like 1%% (or off)", s)
+	}
+	return v / 100, nil
+}
 
 // parseAge reads a duration that may also be given in days ("7d").
 func parseAge(s string) (time.Duration, error) {

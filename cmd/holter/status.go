@@ -52,8 +52,12 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 
 func printStatus(w io.Writer, s *recorder.Status) {
 	fmt.Fprintf(w, "host %s, recording since %s, epochs of %s\n", s.Host, s.Started.Format("2006-01-02 15:04:05 UTC"), s.Epoch)
-	fmt.Fprintf(w, "current epoch %d, last committed %d, monitor CPU %.3f%% of the machine in the last epoch\n",
-		s.CurrentEpoch, s.LastCommitted, s.MonitorCPU)
+	budget := "no budget"
+	if s.BudgetPercent > 0 {
+		budget = fmt.Sprintf("budget %g%%", s.BudgetPercent)
+	}
+	fmt.Fprintf(w, "current epoch %d, last committed %d, monitor CPU %.3f%% of the machine in the last epoch (%s)\n",
+		s.CurrentEpoch, s.LastCommitted, s.MonitorCPU, budget)
 	if s.SkippedEpochs > 0 {
 		fmt.Fprintf(w, "epochs that could not be committed (see the recorder's log): %d\n", s.SkippedEpochs)
 	}

@@ -67,6 +67,15 @@ func (r *Recorder) bpfRunTime() int64 {
 	return int64(total)
 }
 
+// threadCPUTime is the CPU time of the calling OS thread.
+func threadCPUTime() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 func userCPUTime() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -126,6 +135,17 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 			s.NoStack += sv.NoStack
 		})
 	}
+	samples, events := map[Vital]uint64{}, map[Vital]uint64{}
+	for _, sv := range res.Vitals {
+		if v, ok := vitalByName(sv.Name); ok {
+			samples[v], events[v] = sv.Samples, sv.Events
+		}
+	}
+	variableNs := max(res.MonitorUserNs-r.fixedNs, 0)
+	r.fixedNs = 0
+	for _, change := range r.adapt(ep.number, end.Sub(ep.start), variableNs, samples, events) {
+		r.cfg.Logf("budget: %s", change)
+	}
 	for _, st := range ep.stacks {
 		res.Stacks = append(res.Stacks, st)
 	}
@@ -148,7 +168,7 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, error) {
 	if err := r.objs.maps.Stats.Lookup(key, &per); err != nil {
 		return store.Vital{}, fmt.Errorf("read %s totals: %w", v, err)
 	}
-	out := store.Vital{Name: v.String(), Threshold: 1 << r.cfg.Shift}
+	out := store.Vital{Name: v.String(), Threshold: 1 << r.budget.shift[v]}
 	for _, s := range per {
 		out.Events += s.Events
 		out.WeightSum += s.Weight

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -26,8 +27,12 @@ type Config struct {
 	Epoch time.Duration
 	// Vitals to record; nil means every implemented vital.
 	Vitals []Vital
-	// Shift sets the sampling threshold t = 2^Shift for every vital.
+	// Shift sets the sampling threshold t = 2^Shift every vital starts
+	// from; the budget raises it and never takes it below.
 	Shift uint
+	// Budget is the share of the machine (all CPUs) the monitor may use;
+	// 0 means DefaultBudget and a negative value turns the budget off.
+	Budget float64
 	// CPUHz is the cpu vital's sampling frequency per CPU.
 	CPUHz int
 	// SchedMin and BlckMin are the delays that qualify as an event.
@@ -75,6 +80,9 @@ func (c *Config) setDefaults() error {
 	if c.CPUHz == 0 {
 		c.CPUHz = DefaultCPUHz
 	}
+	if c.Budget == 0 {
+		c.Budget = DefaultBudget
+	}
 	if c.CPUHz < 1 || c.CPUHz > 10000 {
 		return fmt.Errorf("cpu sampling frequency %d Hz out of range 1..10000", c.CPUHz)
 	}
@@ -118,6 +126,7 @@ type Status struct {
 	LateSamples   uint64        `json:"late_samples"`
 	SkippedEpochs uint64        `json:"skipped_epochs"`
 	MonitorCPU    float64       `json:"monitor_cpu_percent_last_epoch"`
+	BudgetPercent float64       `json:"budget_percent"`
 	Vitals        []VitalStatus `json:"vitals"`
 	KernelMemory  []MapMemory   `json:"kernel_memory"`
 }
@@ -149,6 +158,11 @@ type Recorder struct {
 	ctlMu sync.Mutex
 	gen   uint64
 	seeds [2]uint64
+	// budget is the adaptive threshold state (budget.go).
+	budget budgetState
+	// fixedNs is CPU time of the epoch loop's thread since the last epoch
+	// boundary spent on work that thresholds cannot reduce.
+	fixedNs int64
 
 	mu     sync.Mutex
 	status Status
@@ -173,7 +187,10 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{},
 		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc")}
-	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String()}
+	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0)}
+	for v := range r.budget.shift {
+		r.budget.shift[v] = cfg.Shift
+	}
 	for _, v := range AllVitals() {
 		r.status.Vitals = append(r.status.Vitals, VitalStatus{Name: v.String(), State: "disabled", Unit: v.Unit()})
 	}
@@ -275,7 +292,7 @@ func (r *Recorder) enable(v Vital) error {
 	}
 	r.attached[v] = a
 	r.setVitalStatus(v, func(s *VitalStatus) {
-		s.State, s.Reason, s.Trigger, s.Threshold = "recording", "", a.trigger, 1<<r.cfg.Shift
+		s.State, s.Reason, s.Trigger, s.Threshold = "recording", "", a.trigger, 1<<r.budget.shift[v]
 	})
 	return nil
 }
@@ -317,7 +334,7 @@ func (r *Recorder) writeControl() error {
 	ctl.Gen = r.gen
 	ctl.Seed = r.seeds
 	for i := range ctl.Shift {
-		ctl.Shift[i] = uint32(r.cfg.Shift)
+		ctl.Shift[i] = uint32(r.budget.shift[i])
 	}
 	for v := range r.attached {
 		ctl.Enabled |= 1 << v
@@ -339,21 +356,36 @@ func (r *Recorder) SetEnabled(v Vital, on bool) error {
 	}
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
-	a, attached := r.attached[v]
+	_, attached := r.attached[v]
 	if on == attached {
 		return nil
 	}
 	if on {
-		for copyIdx := uint32(0); copyIdx < 2; copyIdx++ {
-			if _, err := r.readAndClear(copyIdx, v); err != nil {
-				return err
-			}
-		}
-		if err := r.enable(v); err != nil {
+		r.budget.shedUntil[v] = 0
+		return r.attachLocked(v)
+	}
+	r.budget.shedUntil[v] = 0 // the operator's word overrides the budget's
+	err := r.detachLocked(v)
+	r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "disabled", "" })
+	return err
+}
+
+// attachLocked starts recording v with empty sketches; r.ctlMu held.
+func (r *Recorder) attachLocked(v Vital) error {
+	for copyIdx := uint32(0); copyIdx < 2; copyIdx++ {
+		if _, err := r.readAndClear(copyIdx, v); err != nil {
 			return err
 		}
-		return r.writeControl()
 	}
+	if err := r.enable(v); err != nil {
+		return err
+	}
+	return r.writeControl()
+}
+
+// detachLocked stops recording v; r.ctlMu held.
+func (r *Recorder) detachLocked(v Vital) error {
+	a := r.attached[v]
 	delete(r.attached, v)
 	if v == Sched || v == Blck {
 		// sched and blck share the context-switch programs: the one still
@@ -370,7 +402,6 @@ func (r *Recorder) SetEnabled(v Vital, on bool) error {
 	if a != nil {
 		a.Close()
 	}
-	r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "disabled", "" })
 	return err
 }
 
@@ -403,6 +434,11 @@ func (r *Recorder) Close() error {
 // The epoch in progress when ctx ends is finished and handed over too. An
 // error from sink stops the recorder.
 func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error {
+	// The epoch loop stays on one thread so that the CPU time of work that
+	// does not scale with events — committing, attaching programs — can be
+	// measured apart (threadCPUTime) and left out of the budget's decisions.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -444,7 +480,10 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		if err != nil {
 			return err
 		}
-		if err := sink(ep.result); err != nil {
+		before := threadCPUTime()
+		err = sink(ep.result)
+		r.fixedNs += threadCPUTime() - before
+		if err != nil {
 			// An always-on recorder outlives a full disk: the epoch is
 			// skipped, counted, and recording goes on. A sink that keeps
 			// failing stops it.

@@ -56,7 +56,7 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rec, err := New(Config{Epoch: time.Second, Logf: t.Logf})
+	rec, err := New(Config{Epoch: time.Second, Budget: -1, Logf: t.Logf}) // every vital, however much it costs
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestStressNGProvokesEveryVital(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rec, err := New(Config{Epoch: time.Second, Logf: t.Logf})
+	rec, err := New(Config{Epoch: time.Second, Budget: -1, Logf: t.Logf}) // every vital, however much it costs
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,5 +294,100 @@ func TestStressNGProvokesEveryVital(t *testing.T) {
 		if got[v.String()] == 0 {
 			t.Errorf("%s: no samples charged to stress-ng", v)
 		}
+	}
+}
+
+// TestBudgetUnderSyscallStorm runs a tight system-call loop on both cores
+// under a 1% budget: the syscall vital's threshold must rise, the monitor's
+// cost come back within the budget for most of the storm, and once the
+// storm ends the threshold come back down with the vital recording.
+func TestBudgetUnderSyscallStorm(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildWorkload(t, "syscall_loop")
+	const budget = 0.01
+	rec, err := New(Config{Epoch: time.Second, Budget: budget, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	type point struct {
+		number    int64
+		cost      float64
+		threshold uint64 // of syscall; 0 when not recorded
+		storm     bool
+	}
+	var mu sync.Mutex
+	var points []point
+	storm := false
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- rec.Run(ctx, func(e *store.Epoch) error {
+			p := point{number: e.Epoch, cost: float64(e.MonitorBPFNs+e.MonitorUserNs) / float64((e.EndNs-e.StartNs)*int64(rec.ncpu))}
+			for _, v := range e.Vitals {
+				if v.Name == "syscall" {
+					p.threshold = v.Threshold
+				}
+			}
+			mu.Lock()
+			p.storm = storm
+			points = append(points, p)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	time.Sleep(2500 * time.Millisecond)
+	mu.Lock()
+	storm = true
+	mu.Unlock()
+	var loops []*exec.Cmd
+	for i := 0; i < 2; i++ {
+		cmd := exec.Command(bin, "8")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		loops = append(loops, cmd)
+	}
+	for _, c := range loops {
+		c.Wait()
+	}
+	mu.Lock()
+	storm = false
+	mu.Unlock()
+	time.Sleep(9 * time.Second)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	var stormPoints, within int
+	rose := false
+	for i, p := range points {
+		t.Logf("epoch %d: storm %v, monitor %.3f%% of the machine, syscall t=%d", p.number, p.storm, 100*p.cost, p.threshold)
+		if !p.storm {
+			continue
+		}
+		if p.threshold > 2 {
+			rose = true
+		}
+		if i > 0 && points[i-1].storm && i > 1 && points[i-2].storm && i > 2 && points[i-3].storm {
+			stormPoints++
+			if p.cost <= budget {
+				within++
+			}
+		}
+	}
+	if !rose {
+		t.Error("the syscall vital's threshold never rose during the storm")
+	}
+	if stormPoints == 0 || float64(within) < 0.6*float64(stormPoints) {
+		t.Errorf("only %d of %d storm epochs after the third stayed within the %g%% budget", within, stormPoints, 100*budget)
+	}
+	last := points[len(points)-1]
+	if last.storm || last.threshold != 2 {
+		t.Errorf("after the storm the syscall vital is at t=%d (0: not recording); want it recording at t=2", last.threshold)
+	}
+	if st := rec.Status(); st.Vitals[Syscall].State != "recording" {
+		t.Errorf("syscall is %s after the storm: %s", st.Vitals[Syscall].State, st.Vitals[Syscall].Reason)
 	}
 }

@@ -1,0 +1,146 @@
+package recorder
+
+import (
+	"fmt"
+	"time"
+)
+
+// The CPU budget (Chopstix §4.1.3). The operator sets how much of the
+// machine the monitor may use. At each epoch boundary the recorder charges
+// its measured cost — the run time of each vital's BPF programs, and its
+// own user-space time shared out by samples — to the vitals, and adapts.
+// User-space work that thresholds cannot reduce (committing the epoch,
+// loading programs) is measured apart and left out of these decisions,
+// though the stored monitor cost includes it; so is the first epoch, which
+// pays for warming the symbol caches.
+//
+//   - at or over the high watermark (the budget), every vital costing at
+//     least its share of the budget has its threshold t doubled, which
+//     thins its samples (each label then gets one sample per factor 2t);
+//   - below the low watermark (half the budget), thresholds raised earlier
+//     are halved again, one step an epoch;
+//   - a vital that still costs over its share after its threshold was
+//     raised, while it samples under 1/64 of its events (or t is at the
+//     ceiling), is shed: its programs are detached, since what it costs
+//     then is triggering, not sampling — a system call storm costs the
+//     syscall vital two programs on every call, whatever t is. It is tried
+//     again after 2, 4, 8, … epochs, and reported meanwhile.
+type budgetState struct {
+	shift     [numVitals]uint
+	shedUntil [numVitals]int64 // epoch at which a shed vital is retried; 0 when not shed
+	backoff   [numVitals]int64
+	lastRun   [numVitals]time.Duration
+}
+
+const (
+	// maxShift caps t at 2^maxShift.
+	maxShift = 20
+	// DefaultBudget is the share of the machine the monitor may use.
+	DefaultBudget = 0.01
+)
+
+// vitalRunTime is the total run time so far of each vital's programs;
+// sched and blck share theirs and are charged half each. r.ctlMu held.
+func (r *Recorder) vitalRunTime() [numVitals]time.Duration {
+	var out [numVitals]time.Duration
+	for v, a := range r.attached {
+		var t time.Duration
+		for _, p := range a.progs {
+			if st, err := p.Stats(); err == nil {
+				t += st.Runtime
+			}
+		}
+		if v == Sched || v == Blck {
+			if _, both := r.attached[Sched+Blck-v]; both {
+				out[Sched] += t / 2
+				out[Blck] += t / 2
+				continue
+			}
+		}
+		out[v] += t
+	}
+	return out
+}
+
+// adapt applies the budget after an epoch; r.ctlMu held. It returns what
+// changed, for the log.
+func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples, events map[Vital]uint64) []string {
+	if r.cfg.Budget <= 0 || wall <= 0 || number == r.cfg.FirstEpoch {
+		return nil
+	}
+	b := &r.budget
+	capacity := float64(wall) * float64(r.ncpu)
+	run := r.vitalRunTime()
+	var totalSamples uint64
+	for _, n := range samples {
+		totalSamples += n
+	}
+	cost := map[Vital]float64{}
+	var total float64
+	for v := range r.attached {
+		d := run[v] - b.lastRun[v]
+		if d < 0 { // re-attached: its programs started from zero
+			d = run[v]
+		}
+		b.lastRun[v] = run[v]
+		c := float64(d)
+		if totalSamples > 0 {
+			c += float64(userNs) * float64(samples[v]) / float64(totalSamples)
+		}
+		cost[v] = c / capacity
+		total += cost[v]
+	}
+	var changes []string
+	high, low := r.cfg.Budget, r.cfg.Budget/2
+	switch {
+	case total >= high:
+		share := high / float64(len(r.attached))
+		for v, c := range cost {
+			if c < share {
+				continue
+			}
+			raised := b.shift[v] > r.cfg.Shift
+			samplingBound := samples[v]*64 > events[v]
+			if b.shift[v] < maxShift && (!raised || samplingBound) {
+				b.shift[v]++
+				changes = append(changes, fmt.Sprintf("%s t=%d (%.2f%% of the machine)", v, 1<<b.shift[v], 100*c))
+				continue
+			}
+			if b.backoff[v] == 0 {
+				b.backoff[v] = 2
+			}
+			b.shedUntil[v] = number + b.backoff[v]
+			b.backoff[v] *= 2
+			reason := fmt.Sprintf("shed: over the CPU budget (%.2f%% of the machine at t=2^%d); retried at epoch %d",
+				100*c, b.shift[v], b.shedUntil[v])
+			r.detachLocked(v)
+			r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "shed", reason })
+			changes = append(changes, v.String()+" "+reason)
+		}
+	case total < low:
+		for v := range r.attached {
+			if b.shift[v] > r.cfg.Shift {
+				b.shift[v]--
+				changes = append(changes, fmt.Sprintf("%s t=%d", v, 1<<b.shift[v]))
+			}
+		}
+	}
+	for _, v := range AllVitals() {
+		if b.shedUntil[v] != 0 && number+1 >= b.shedUntil[v] && total < low {
+			b.shedUntil[v] = 0
+			before := threadCPUTime()
+			err := r.attachLocked(v)
+			r.fixedNs += threadCPUTime() - before
+			if err == nil {
+				changes = append(changes, v.String()+" retried after being shed")
+			}
+		}
+	}
+	for v := range r.attached {
+		r.setVitalStatus(v, func(s *VitalStatus) { s.Threshold = 1 << b.shift[v] })
+	}
+	if len(changes) > 0 {
+		r.writeControl()
+	}
+	return changes
+}
