@@ -24,13 +24,21 @@ import (
 //     ceiling), is shed: its programs are detached, since what it costs
 //     then is triggering, not sampling — a system call storm costs the
 //     syscall vital two programs on every call, whatever t is. It is tried
-//     again after 2, 4, 8, … epochs, and reported meanwhile.
+//     again, at the base threshold, after 2, 4, 8, … epochs once the
+//     monitor is under the low watermark, and reported meanwhile.
 type budgetState struct {
 	shift     [numVitals]uint
 	shedUntil [numVitals]int64 // epoch at which a shed vital is retried; 0 when not shed
 	backoff   [numVitals]int64
 	lastRun   [numVitals]time.Duration
+	// probation is when a shed vital was retried; until the first probe
+	// after probeAfter it is shed again at once if it costs too much.
+	probation [numVitals]time.Time
 }
+
+// probeAfter is how long a retried vital runs before its cost is probed: a
+// retry in the middle of a storm then costs a fraction of an epoch.
+const probeAfter = 50 * time.Millisecond
 
 const (
 	// maxShift caps t at 2^maxShift.
@@ -106,16 +114,7 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 				changes = append(changes, fmt.Sprintf("%s t=%d (%.2f%% of the machine)", v, 1<<b.shift[v], 100*c))
 				continue
 			}
-			if b.backoff[v] == 0 {
-				b.backoff[v] = 2
-			}
-			b.shedUntil[v] = number + b.backoff[v]
-			b.backoff[v] *= 2
-			reason := fmt.Sprintf("shed: over the CPU budget (%.2f%% of the machine at t=2^%d); retried at epoch %d",
-				100*c, b.shift[v], b.shedUntil[v])
-			r.detachLocked(v)
-			r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "shed", reason })
-			changes = append(changes, v.String()+" "+reason)
+			changes = append(changes, v.String()+" "+r.shedLocked(v, number, c))
 		}
 	case total < low:
 		for v := range r.attached {
@@ -128,10 +127,13 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 	for _, v := range AllVitals() {
 		if b.shedUntil[v] != 0 && number+1 >= b.shedUntil[v] && total < low {
 			b.shedUntil[v] = 0
+			b.shift[v] = r.cfg.Shift // a retried vital starts afresh
 			before := threadCPUTime()
 			err := r.attachLocked(v)
 			r.fixedNs += threadCPUTime() - before
 			if err == nil {
+				b.probation[v] = time.Now()
+				b.lastRun[v] = 0
 				changes = append(changes, v.String()+" retried after being shed")
 			}
 		}
@@ -143,4 +145,49 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 		r.writeControl()
 	}
 	return changes
+}
+
+// shedLocked detaches v for costing the share c of the machine and says
+// when it will be retried; r.ctlMu held.
+func (r *Recorder) shedLocked(v Vital, number int64, c float64) string {
+	b := &r.budget
+	if b.backoff[v] == 0 {
+		b.backoff[v] = 2
+	}
+	b.shedUntil[v] = number + b.backoff[v]
+	b.backoff[v] *= 2
+	b.probation[v] = time.Time{}
+	reason := fmt.Sprintf("shed: over the CPU budget (%.2f%% of the machine at t=2^%d); retried at epoch %d",
+		100*c, b.shift[v], b.shedUntil[v])
+	r.detachLocked(v)
+	r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "shed", reason })
+	return reason
+}
+
+// probe sheds again, within the epoch, a retried vital whose programs
+// alone cost more than the whole budget since it was attached: the storm
+// that had it shed goes on. A smaller excess is left to the epoch's adapt.
+func (r *Recorder) probe(number int64) {
+	if r.cfg.Budget <= 0 {
+		return
+	}
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	b := &r.budget
+	var run [numVitals]time.Duration
+	measured := false
+	for v := range b.probation {
+		since := b.probation[v]
+		if since.IsZero() || time.Since(since) < probeAfter {
+			continue
+		}
+		if !measured {
+			run, measured = r.vitalRunTime(), true
+		}
+		b.probation[v] = time.Time{}
+		c := float64(run[v]) / (float64(time.Since(since)) * float64(r.ncpu))
+		if c > r.cfg.Budget { // alone over the whole budget: still storming
+			r.cfg.Logf("budget: %s %s (probed after its retry)", Vital(v), r.shedLocked(Vital(v), number, c))
+		}
+	}
 }

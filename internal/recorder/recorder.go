@@ -472,6 +472,7 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			}
 			return fmt.Errorf("read samples: %w", err)
 		}
+		r.probe(ep.number)
 		stopping := ctx.Err() != nil
 		if !stopping && time.Now().Before(boundary) {
 			continue
