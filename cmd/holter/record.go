@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -80,6 +81,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err := recorder.CheckPrivileges(); err != nil {
 		return err
 	}
+	// Keep the Go heap near what it holds live: the recorder runs for days
+	// beside the host's own work.
+	debug.SetMemoryLimit(128 << 20)
 
 	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
 		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)

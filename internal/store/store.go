@@ -84,8 +84,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	// Queries that users send must not reach files or the network.
+	// Queries that users send must not reach files or the network; and the
+	// recorder is a guest on the host it watches: DuckDB may cache this much.
 	for _, stmt := range []string{
+		"SET memory_limit = '256MB'",
 		"SET enable_external_access = false",
 		"SET lock_configuration = true",
 	} {

@@ -16,9 +16,9 @@ import (
 
 const (
 	// maxProcesses bounds the per-process cache of parsed memory maps.
-	maxProcesses = 4096
+	maxProcesses = 1024
 	// maxELFFiles bounds the cache of parsed ELF symbol tables.
-	maxELFFiles = 512
+	maxELFFiles = 64
 	// defaultRereadInterval is the minimum time between two re-reads of the maps of one process
 	// triggered by unmapped addresses. It keeps garbage frames (common with frame-pointer unwinding
 	// through code built without frame pointers) from re-reading the maps on every stack.
