@@ -33,7 +33,8 @@ struct io_state {
 	__u32 op;
 	__u32 dev;
 	__u32 est;
-	__u32 sampled;
+	__u32 sampled;  /* 0 no, 1 without stacks, 2 with stacks */
+	__u32 self;     /* submitted by the recorder: not counted */
 	char comm[16];
 };
 
@@ -113,6 +114,11 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	}
 	bpf_get_current_comm(fresh.comm, sizeof(fresh.comm));
 	fresh.label_w2 = who_word(fresh.exe_ino, fresh.uid);
+	fresh.self = fresh.pid == ctl->self_tgid;
+	if (fresh.self) { /* tracked only so its completion is not taken for a loss */
+		bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST);
+		return;
+	}
 	if (!sketch_update(ctl, VITAL_BLIO, fresh.pid, fresh.site, fresh.label_w2, fresh.bytes, &v))
 		return;
 	fresh.est = v.est;
@@ -166,7 +172,7 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 			count_lost(ctl); /* submitted before we started, or map full */
 		return 0;
 	}
-	if (io->sampled) {
+	if (io->sampled && !io->self) {
 		now = bpf_ktime_get_ns();
 		v.gen = ctl->gen;
 		v.copy = v.gen & 1;

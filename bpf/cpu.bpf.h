@@ -18,7 +18,7 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	__u64 ip, who, now;
 	__u32 weight, pid = bpf_get_current_pid_tgid() >> 32;
 
-	if (!vital_enabled(ctl, VITAL_CPU) || pid == 0) /* the idle task is not CPU use */
+	if (!record_current(ctl, VITAL_CPU) || pid == 0) /* the idle task is not CPU use */
 		return 0;
 	ip = PT_REGS_IP(&ctx->regs);
 	who = who_word(BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino),

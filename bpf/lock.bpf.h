@@ -12,7 +12,7 @@ int BPF_PROG(vital_lock_begin, void *lock, unsigned int flags)
 	struct hl_control *ctl = get_control();
 	struct task_marks *m;
 
-	if (!vital_enabled(ctl, VITAL_LOCK))
+	if (!record_current(ctl, VITAL_LOCK))
 		return 0;
 	m = bpf_task_storage_get(&task_marks, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!m)
@@ -33,7 +33,7 @@ int BPF_PROG(vital_lock_end, void *lock, int ret)
 	struct verdict v;
 	__u64 wait;
 
-	if (!vital_enabled(ctl, VITAL_LOCK))
+	if (!record_current(ctl, VITAL_LOCK))
 		return 0;
 	task = bpf_get_current_task_btf();
 	m = bpf_task_storage_get(&task_marks, task, 0, 0);

@@ -26,7 +26,7 @@ int BPF_PROG(vital_kmem_alloc, struct page *page, unsigned int order, gfp_t gfp,
 	struct hl_sample *s;
 	struct verdict v;
 
-	if (!vital_enabled(ctl, VITAL_KMEM) || !page)
+	if (!record_current(ctl, VITAL_KMEM) || !page)
 		return 0;
 	task = bpf_get_current_task_btf();
 	s = current_event(ctx, ctl, VITAL_KMEM, task->tgid, user_site(task), current_who(task),
@@ -46,7 +46,7 @@ int BPF_PROG(vital_kmem_free, struct page *page, unsigned int order)
 	struct hl_control *ctl = get_control();
 	struct hl_stats *st;
 
-	if (!vital_enabled(ctl, VITAL_KMEM))
+	if (!record_current(ctl, VITAL_KMEM))
 		return 0;
 	st = stats_of(ctl->gen & 1, VITAL_KMEM);
 	if (st)
@@ -63,7 +63,7 @@ int BPF_PROG(vital_umem_fault, unsigned long address, struct pt_regs *regs, unsi
 	struct verdict v;
 	__u64 ip;
 
-	if (!vital_enabled(ctl, VITAL_UMEM))
+	if (!record_current(ctl, VITAL_UMEM))
 		return 0;
 	task = bpf_get_current_task_btf();
 	ip = regs->ip;

@@ -94,7 +94,7 @@ static __always_inline void on_wakeup(struct task_struct *p)
 	struct task_state *ts;
 	__u64 now;
 
-	if (!ctl || !(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
+	if (!ctl || !(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))) || p->tgid == ctl->self_tgid)
 		return;
 	ts = bpf_task_storage_get(&task_states, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ts)
@@ -134,7 +134,7 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	now = bpf_ktime_get_ns();
 
-	if (prev->pid != 0) {
+	if (prev->pid != 0 && prev->tgid != ctl->self_tgid) {
 		ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (ts) {
 			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
@@ -171,7 +171,7 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 		}
 	}
 
-	if (next->pid == 0)
+	if (next->pid == 0 || next->tgid == ctl->self_tgid)
 		return 0;
 	ts = bpf_task_storage_get(&task_states, next, 0, 0);
 	if (!ts)

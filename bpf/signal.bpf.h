@@ -19,7 +19,7 @@ int BPF_PROG(vital_signal_generate, int sig, struct kernel_siginfo *info,
 	struct verdict v;
 	__u64 handler = 0;
 
-	if (!vital_enabled(ctl, VITAL_SIGNAL) || sig <= 0 || sig > 64)
+	if (!record_current(ctl, VITAL_SIGNAL) || sig <= 0 || sig > 64)
 		return 0;
 	task = bpf_get_current_task_btf();
 	s = current_event(ctx, ctl, VITAL_SIGNAL, user_site(task), sig, current_who(task), 1, &v);

@@ -57,6 +57,8 @@ struct hl_control {
 	__u32 enabled;             /* bit per vital */
 	__u64 sched_min_ns;        /* scheduling delay that qualifies */
 	__u64 blck_min_ns;         /* blocking time that qualifies */
+	__u32 self_tgid;           /* the recorder: never recorded, or it would record itself recording */
+	__u32 pad;
 };
 
 /* Exact per-epoch totals, per CPU, per copy and vital. */
@@ -179,6 +181,12 @@ static __always_inline struct hl_control *get_control(void)
 static __always_inline bool vital_enabled(struct hl_control *ctl, __u32 vital)
 {
 	return ctl && (ctl->enabled & (1u << vital));
+}
+
+/* The vital is recorded and the current task is not the recorder. */
+static __always_inline bool record_current(struct hl_control *ctl, __u32 vital)
+{
+	return vital_enabled(ctl, vital) && (bpf_get_current_pid_tgid() >> 32) != ctl->self_tgid;
 }
 
 /*

@@ -18,7 +18,7 @@ static __always_inline void sock_event(void *ctx, struct sock *sk, int ret, __u6
 	struct verdict v;
 	__u16 family;
 
-	if (!vital_enabled(ctl, VITAL_SOCK) || ret <= 0 || !sk)
+	if (!record_current(ctl, VITAL_SOCK) || ret <= 0 || !sk)
 		return;
 	if (dir) {
 		st = stats_of(ctl->gen & 1, VITAL_SOCK);

@@ -16,7 +16,7 @@ int BPF_PROG(vital_sys_enter, struct pt_regs *regs, long id)
 	struct task_struct *task;
 	struct task_marks *m;
 
-	if (!vital_enabled(ctl, VITAL_SYSCALL))
+	if (!record_current(ctl, VITAL_SYSCALL))
 		return 0;
 	task = bpf_get_current_task_btf();
 	m = bpf_task_storage_get(&task_marks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -39,7 +39,7 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	struct verdict v;
 	__u64 lat;
 
-	if (!vital_enabled(ctl, VITAL_SYSCALL))
+	if (!record_current(ctl, VITAL_SYSCALL))
 		return 0;
 	task = bpf_get_current_task_btf();
 	m = bpf_task_storage_get(&task_marks, task, 0, 0);

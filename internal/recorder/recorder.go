@@ -339,6 +339,7 @@ func (r *Recorder) writeControl() error {
 	for v := range r.attached {
 		ctl.Enabled |= 1 << v
 	}
+	ctl.SelfTgid = uint32(os.Getpid())
 	ctl.SchedMinNs = uint64(r.cfg.SchedMin)
 	ctl.BlckMinNs = uint64(r.cfg.BlckMin)
 	if err := r.objs.maps.Control.Update(uint32(0), &ctl, ebpf.UpdateAny); err != nil {

@@ -26,6 +26,8 @@ type vitalsHlControl struct {
 	Enabled    uint32
 	SchedMinNs uint64
 	BlckMinNs  uint64
+	SelfTgid   uint32
+	Pad        uint32
 }
 
 type vitalsHlSample struct {
@@ -86,8 +88,8 @@ type vitalsIoState struct {
 	Dev      uint32
 	Est      uint32
 	Sampled  uint32
+	Self     uint32
 	Comm     [16]int8
-	_        [4]byte
 }
 
 type vitalsTaskMarks struct {
