@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 SECS=${SECS:-4}
-EPOCH=${EPOCH:-10s}
+EPOCH_S=${EPOCH_S:-10}
 EPOCHS=${EPOCHS:-3}
 work=$(mktemp -d)
 trap 'kill $rec 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -20,8 +20,8 @@ go build -o "$work/holter" ./cmd/holter
 gcc -O2 -o "$work/pingpong" bench/workloads/pingpong.c
 ncpu=$(nproc)
 
-echo "== monitor CPU, ${WORKLOAD:-idle}, $EPOCHS epochs of $EPOCH"
-"$work/holter" record --data "$work/data" --epoch "$EPOCH" --api "" 2>"$work/rec.log" &
+echo "== monitor CPU, ${WORKLOAD:-idle}, $EPOCHS epochs of ${EPOCH_S}s"
+"$work/holter" record --data "$work/data" --epoch "${EPOCH_S}s" --api "" 2>"$work/rec.log" &
 rec=$!
 sleep 2
 wl=""
@@ -29,8 +29,9 @@ if [ -n "${WORKLOAD:-}" ]; then
 	$WORKLOAD >/dev/null 2>&1 &
 	wl=$!
 fi
-# the first epoch includes start-up (kallsyms, first symbolization): skip it
-until [ "$(grep -c committed "$work/rec.log")" -ge $((EPOCHS + 1)) ]; do sleep 1; done
+# the first epoch includes start-up (kallsyms, first symbolization): skip
+# it. Sleep rather than poll the log: a poller's processes are not idle.
+sleep $(((EPOCHS + 1) * EPOCH_S + 1))
 [ -n "$wl" ] && kill "$wl" 2>/dev/null; wait "$wl" 2>/dev/null || true
 kill -INT $rec; wait $rec || true
 "$work/holter" query --data "$work/data" "

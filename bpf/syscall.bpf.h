@@ -4,7 +4,9 @@
  * time, number, first argument and user stack pointer in task storage; exit
  * closes the call. Label: the stack pointer with its low 8 bits masked (the
  * call's place in the program, stable across calls from one site) and the
- * syscall number. Weight: latency in µs.
+ * syscall number. The stack pointer is taken as a depth below the top of
+ * the process's stack, so that address-space randomisation does not give
+ * every process of one program labels of its own. Weight: latency in µs.
  *
  * Fields: f[0] syscall number, f[1] first argument, f[2] return value,
  * f[3] latency ns.
@@ -25,7 +27,7 @@ int BPF_PROG(vital_sys_enter, struct pt_regs *regs, long id)
 	m->sys_ts = bpf_ktime_get_ns();
 	m->sys_nr = id;
 	m->sys_arg0 = regs->di;
-	m->sys_sp = regs->sp;
+	m->sys_sp = task->mm ? task->mm->start_stack - regs->sp : regs->sp;
 	return 0;
 }
 
