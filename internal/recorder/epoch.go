@@ -56,7 +56,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 func (r *Recorder) bpfRunTime() int64 {
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
-	var total time.Duration
+	total := r.retiredRun
 	for _, a := range r.attached {
 		for _, p := range a.progs {
 			if st, err := p.Stats(); err == nil {
@@ -113,9 +113,6 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		MonitorBPFNs:  next.bpfNs - ep.bpfNs,
 		MonitorUserNs: next.userNs - ep.userNs,
 		Samples:       ep.samples,
-	}
-	if res.MonitorBPFNs < 0 { // a vital was stopped and its programs' run time went with them
-		res.MonitorBPFNs = 0
 	}
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()

@@ -163,6 +163,9 @@ type Recorder struct {
 	// fixedNs is CPU time of the epoch loop's thread since the last epoch
 	// boundary spent on work that thresholds cannot reduce.
 	fixedNs int64
+	// retiredRun is the run time of programs since detached, so the
+	// monitor's measured BPF time never goes backwards.
+	retiredRun time.Duration
 
 	mu     sync.Mutex
 	status Status
@@ -401,6 +404,11 @@ func (r *Recorder) detachLocked(v Vital) error {
 	}
 	err := r.writeControl()
 	if a != nil {
+		for _, p := range a.progs {
+			if st, err := p.Stats(); err == nil {
+				r.retiredRun += st.Runtime
+			}
+		}
 		a.Close()
 	}
 	return err
