@@ -51,45 +51,9 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 		}
 	}
 
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rec, err := New(Config{Epoch: time.Second, Budget: -1, Logf: t.Logf}) // every vital, however much it costs
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
-	}()
-
-	time.Sleep(300 * time.Millisecond)
-	var wg sync.WaitGroup
-	for _, w := range workloads {
-		cmd := exec.Command(bins[w.name], w.args...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		w.pid = cmd.Process.Pid
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("workload %s: %v", w.name, err)
-			}
-		}()
-	}
-	wg.Wait()
-	time.Sleep(200 * time.Millisecond)
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("recorder: %v", err)
-	}
+	st := recordWhile(t, func() {
+		runWorkloads(t, workloads, bins)
+	})
 
 	for _, w := range workloads {
 		t.Run(w.vital, func(t *testing.T) {
@@ -158,6 +122,57 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 			t.Error("no blck sample of the pipe reader has pipe_read in its kernel stack, without BPF frames on top")
 		}
 	})
+}
+
+// recordWhile records every vital, whatever it costs, into a fresh store
+// in 1 s epochs while work runs, and returns the store once the last epoch
+// is committed.
+func recordWhile(t *testing.T, work func()) *store.Store {
+	t.Helper()
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec, err := New(Config{Epoch: time.Second, Budget: -1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
+	}()
+	time.Sleep(300 * time.Millisecond)
+	work()
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("recorder: %v", err)
+	}
+	return st
+}
+
+// runWorkloads starts every workload at once and waits for them all.
+func runWorkloads(t *testing.T, workloads []*workload, bins map[string]string) {
+	var wg sync.WaitGroup
+	for _, w := range workloads {
+		cmd := exec.Command(bins[w.name], w.args...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.pid = cmd.Process.Pid
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("workload %s: %v", w.name, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func queryRow(t *testing.T, st *store.Store, q string) []any {
@@ -243,22 +258,6 @@ func TestStressNGProvokesEveryVital(t *testing.T) {
 	testutil.RequireRoot(t)
 	stressNG := testutil.RequireTool(t, "stress-ng")
 	dir := directIODir(t)
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rec, err := New(Config{Epoch: time.Second, Budget: -1, Logf: t.Logf}) // every vital, however much it costs
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
-	}()
-	time.Sleep(300 * time.Millisecond)
 	cmd := exec.Command(stressNG, "--timeout", "4s", "--temp-path", dir,
 		"--cpu", "1", // cpu
 		"--switch", "1", // sched
@@ -270,13 +269,11 @@ func TestStressNGProvokesEveryVital(t *testing.T) {
 		"--sock", "1", // sock
 		"--dir", "2", "--dentry", "2") // lock: directory and dentry locks
 	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("stress-ng: %v\n%s", err, out)
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("recorder: %v", err)
-	}
+	st := recordWhile(t, func() {
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("stress-ng: %v\n%s", err, out)
+		}
+	})
 	res, err := st.Query(context.Background(), `SELECT vital, count(*) FILTER (WHERE comm LIKE 'stress-ng%'),
 		sum(weight) FILTER (WHERE comm LIKE 'stress-ng%') FROM samples GROUP BY vital`)
 	if err != nil {
