@@ -85,9 +85,12 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	// Queries that users send must not reach files or the network; and the
-	// recorder is a guest on the host it watches: DuckDB may cache this much.
+	// recorder is a guest on the host it watches: DuckDB may cache this much
+	// and runs its work on the calling thread, where the recorder can
+	// measure it (see recorder's budget) rather than on a pool of its own.
 	for _, stmt := range []string{
 		"SET memory_limit = '256MB'",
+		"SET threads = 1",
 		"SET enable_external_access = false",
 		"SET lock_configuration = true",
 	} {
