@@ -20,10 +20,12 @@ import (
 //   - below the low watermark (half the budget), thresholds raised earlier
 //     are halved again, one step an epoch;
 //   - a vital that still costs over its share after its threshold was
-//     raised, while it samples under 1/64 of its events (or t is at the
-//     ceiling), is shed: its programs are detached, since what it costs
-//     then is triggering, not sampling — a system call storm costs the
-//     syscall vital two programs on every call, whatever t is. It is tried
+//     raised, and whose cost the raise did not cut by a quarter (or that
+//     samples under 1/64 of its events, or is at the ceiling), is shed: its
+//     programs are detached, since what it costs then is triggering, not
+//     sampling — a system call storm costs the syscall vital two programs
+//     on every call, and a context-switch storm the sched and blck vitals
+//     one on every switch, whatever t is. It is tried
 //     again, at the base threshold, after 2, 4, 8, … epochs once the
 //     monitor is under the low watermark, and reported meanwhile.
 type budgetState struct {
@@ -31,6 +33,8 @@ type budgetState struct {
 	shedUntil [numVitals]int64 // epoch at which a shed vital is retried; 0 when not shed
 	backoff   [numVitals]int64
 	lastRun   [numVitals]time.Duration
+	// costAtRaise is what the vital cost in the epoch that raised its t.
+	costAtRaise [numVitals]float64
 	// probation is when a shed vital was retried; until the first probe
 	// after probeAfter it is shed again at once if it costs too much.
 	probation [numVitals]time.Time
@@ -108,9 +112,10 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 				continue
 			}
 			raised := b.shift[v] > r.cfg.Shift
-			samplingBound := samples[v]*64 > events[v]
+			samplingBound := samples[v]*64 > events[v] && (!raised || c < 0.75*b.costAtRaise[v])
 			if b.shift[v] < maxShift && (!raised || samplingBound) {
 				b.shift[v]++
+				b.costAtRaise[v] = c
 				changes = append(changes, fmt.Sprintf("%s t=%d (%.2f%% of the machine)", v, 1<<b.shift[v], 100*c))
 				continue
 			}
@@ -165,7 +170,7 @@ func (r *Recorder) shedLocked(v Vital, number int64, c float64) string {
 }
 
 // probe sheds again, within the epoch, a retried vital whose programs
-// alone cost more than the whole budget since it was attached: the storm
+// alone cost more than the low watermark since it was attached: the storm
 // that had it shed goes on. A smaller excess is left to the epoch's adapt.
 func (r *Recorder) probe(number int64) {
 	if r.cfg.Budget <= 0 {
@@ -186,7 +191,7 @@ func (r *Recorder) probe(number int64) {
 		}
 		b.probation[v] = time.Time{}
 		c := float64(run[v]) / (float64(time.Since(since)) * float64(r.ncpu))
-		if c > r.cfg.Budget { // alone over the whole budget: still storming
+		if c > r.cfg.Budget/2 { // alone over the low watermark: still storming
 			r.cfg.Logf("budget: %s %s (probed after its retry)", Vital(v), r.shedLocked(Vital(v), number, c))
 		}
 	}
