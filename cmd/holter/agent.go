@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -50,6 +51,23 @@ func readAgentInfo(dir string) (agentInfo, bool) {
 	}
 	return info, true
 }
+
+// agentFlags are the flags of the commands that reach a recorder: its data
+// directory, or its API address and token.
+type agentFlags struct {
+	data, api, token *string
+}
+
+func addAgentFlags(fs *flag.FlagSet) agentFlags {
+	return agentFlags{
+		data:  fs.String("data", defaultDataDir, "data directory holding the store"),
+		api:   fs.String("api", "", "recorder API address (default: the one recording into --data, if any)"),
+		token: fs.String("token", "", "API token"),
+	}
+}
+
+// agent returns a client for the recorder these flags name, if one answers.
+func (f agentFlags) agent() (*client, bool) { return findAgent(*f.data, *f.api, *f.token) }
 
 // client talks to a recorder's API.
 type client struct {

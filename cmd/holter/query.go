@@ -12,10 +12,8 @@ import (
 
 func runQuery(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("query", stderr)
-	data := fs.String("data", defaultDataDir, "data directory holding the store")
+	af := addAgentFlags(fs)
 	format := fs.String("format", "table", "output: table, csv or json")
-	api := fs.String("api", "", "ask the recorder at this address (default: the one recording into --data, if any)")
-	token := fs.String("token", "", "API token")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -34,7 +32,7 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("unknown format %q (table, csv or json)", *format)
 	}
-	res, err := answer(*data, *api, *token, q)
+	res, err := answer(af, q)
 	if err != nil {
 		return err
 	}
@@ -42,14 +40,15 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 }
 
 // answer asks the running recorder if there is one, else opens the store.
-func answer(dir, addr, token, q string) (*store.Result, error) {
+func answer(af agentFlags, q string) (*store.Result, error) {
 	ctx := context.Background()
-	if c, ok := findAgent(dir, addr, token); ok {
+	if c, ok := af.agent(); ok {
 		return c.query(ctx, q)
 	}
-	if addr != "" {
-		return nil, fmt.Errorf("no recorder answers at %s", addr)
+	if *af.api != "" {
+		return nil, fmt.Errorf("no recorder answers at %s", *af.api)
 	}
+	dir := *af.data
 	st, err := store.Open(dir, &store.Options{ReadOnly: true})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {

@@ -14,23 +14,22 @@ import (
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("status", stderr)
-	data := fs.String("data", defaultDataDir, "data directory holding the store")
-	api := fs.String("api", "", "recorder API address (default: the one recording into --data)")
-	token := fs.String("token", "", "API token")
+	af := addAgentFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c, ok := findAgent(*data, *api, *token)
+	c, ok := af.agent()
 	if !ok {
-		if _, err := os.Stat(*data); err != nil {
-			return fmt.Errorf("no recorder is running for %s, and there is no recording there", *data)
+		data := *af.data
+		if _, err := os.Stat(data); err != nil {
+			return fmt.Errorf("no recorder is running for %s, and there is no recording there", data)
 		}
-		res, err := answer(*data, "", "", `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`)
+		res, err := answer(agentFlags{data: &data, api: new(string), token: new(string)}, `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "no recorder is running for %s\n", *data)
+		fmt.Fprintf(stdout, "no recorder is running for %s\n", data)
 		if len(res.Rows) > 0 {
 			fmt.Fprintln(stdout, "last recorded epoch:")
 			return res.WriteTable(stdout)
@@ -94,17 +93,15 @@ func printStatus(w io.Writer, s *recorder.Status) {
 
 func runVitals(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("vitals", stderr)
-	data := fs.String("data", defaultDataDir, "data directory of the running recorder")
-	api := fs.String("api", "", "recorder API address (default: the one recording into --data)")
-	token := fs.String("token", "", "API token")
+	af := addAgentFlags(fs)
 	enable := fs.String("enable", "", "comma-separated vitals to start recording")
 	disable := fs.String("disable", "", "comma-separated vitals to stop recording")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c, ok := findAgent(*data, *api, *token)
+	c, ok := af.agent()
 	if !ok {
-		return fmt.Errorf("no recorder is running for %s", *data)
+		return fmt.Errorf("no recorder is running for %s", *af.data)
 	}
 	ctx := context.Background()
 	st, err := c.status(ctx)
