@@ -293,10 +293,15 @@ static __always_inline __u64 user_site(struct task_struct *task)
 	return regs ? regs->ip : 0;
 }
 
+/* Runs on every event of the hot vitals: plain loads through the trusted
+ * task pointer (the verifier guards them) rather than probe-read helpers. */
 static __always_inline __u64 current_who(struct task_struct *task)
 {
-	__u64 ino = task->mm ? BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino) : 0;
+	struct mm_struct *mm = task->mm;
+	__u64 ino = 0;
 
+	if (mm && mm->exe_file)
+		ino = mm->exe_file->f_inode->i_ino;
 	return who_word(ino, (__u32)bpf_get_current_uid_gid());
 }
 
