@@ -1,0 +1,184 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"testing"
+)
+
+// TestEMDAgainstScipy checks Wasserstein and EMD against
+// scipy.stats.wasserstein_distance on the fixtures of testdata/gen_emd.py.
+func TestEMDAgainstScipy(t *testing.T) {
+	raw, err := os.ReadFile("testdata/emd.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Cases []struct {
+			Name              string
+			Target, Reference Sample
+			W1, Scale, EMD    float64
+		}
+	}
+	if err := json.Unmarshal(raw, &fx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.Cases) < 10 {
+		t.Fatalf("only %d fixture cases", len(fx.Cases))
+	}
+	for _, c := range fx.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			w, err := Wasserstein(c.Target, c.Reference)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(w, c.W1, 1e-9) {
+				t.Errorf("Wasserstein = %.17g, scipy %.17g", w, c.W1)
+			}
+			// The distance is symmetric.
+			if w2, _ := Wasserstein(c.Reference, c.Target); !near(w2, w, 1e-12) {
+				t.Errorf("Wasserstein(reference, target) = %v, other way %v", w2, w)
+			}
+			d, scale, err := EMD(c.Target, c.Reference)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(d, c.EMD, 1e-9) || !near(scale, c.Scale, 1e-12) {
+				t.Errorf("EMD = %.17g scale %v, scipy %.17g scale %v", d, scale, c.EMD, c.Scale)
+			}
+		})
+	}
+}
+
+// near reports whether a and b agree to a relative tolerance (absolute
+// near zero).
+func near(a, b, tol float64) bool {
+	return math.Abs(a-b) <= tol*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+func TestEMDScaleInvariant(t *testing.T) {
+	// The paper's scaling makes metrics of any unit comparable: the same
+	// shapes in microseconds and in seconds have the same distance.
+	tg := Sample{Values: []float64{1, 2, 2, 9}}
+	rf := Sample{Values: []float64{3, 3, 4}}
+	d1, _, err := EMD(tg, rf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mul := func(s Sample, k float64) Sample {
+		v := make([]float64, len(s.Values))
+		for i := range v {
+			v[i] = s.Values[i] * k
+		}
+		return Sample{Values: v}
+	}
+	d2, scale, err := EMD(mul(tg, 1e-6), mul(rf, 1e-6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(d1, d2, 1e-12) || !near(scale, 3.5e-6, 1e-12) {
+		t.Fatalf("EMD %v at unit scale, %v (scale %v) in millionths", d1, d2, scale)
+	}
+	// By hand: the larger mean is 3.5; W = ∫|F_t - F_r| = 0.25·1 + 0.75·1 +
+	// 0.75·(1/3)... computed piecewise: [1,2):.25 [2,3):.75 [3,4):.75-2/3
+	// [4,9):.25 -> .25 + .75 + 1/12 + 1.25 = 2.3333.
+	if want := (0.25 + 0.75 + 1.0/12 + 1.25) / 3.5; !near(d1, want, 1e-12) {
+		t.Fatalf("EMD = %v, by hand %v", d1, want)
+	}
+}
+
+func TestEMDBadInput(t *testing.T) {
+	ok := Sample{Values: []float64{1, 2}}
+	for _, c := range []struct {
+		name string
+		s    Sample
+		want error
+	}{
+		{"empty", Sample{}, ErrEmpty},
+		{"zero weights", Sample{Values: []float64{1, 2}, Weights: []float64{0, 0}}, ErrEmpty},
+		{"NaN value", Sample{Values: []float64{1, math.NaN()}}, ErrNotFinite},
+		{"infinite value", Sample{Values: []float64{math.Inf(1)}}, ErrNotFinite},
+		{"NaN weight", Sample{Values: []float64{1}, Weights: []float64{math.NaN()}}, ErrNotFinite},
+		{"negative weight", Sample{Values: []float64{1, 2}, Weights: []float64{1, -1}}, ErrBadWeights},
+		{"short weights", Sample{Values: []float64{1, 2}, Weights: []float64{1}}, ErrBadWeights},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, _, err := EMD(c.s, ok); !errors.Is(err, c.want) {
+				t.Errorf("EMD(bad, ok): %v, want %v", err, c.want)
+			}
+			if _, _, err := EMD(ok, c.s); !errors.Is(err, c.want) {
+				t.Errorf("EMD(ok, bad): %v, want %v", err, c.want)
+			}
+		})
+	}
+	// Means of zero: identical distributions are at distance 0, different
+	// ones cannot be scaled.
+	zero := Sample{Values: []float64{-1, 1}}
+	if d, _, err := EMD(zero, zero); err != nil || d != 0 {
+		t.Errorf("identical zero-mean samples: %v, %v", d, err)
+	}
+	if _, _, err := EMD(zero, Sample{Values: []float64{-2, 2}}); !errors.Is(err, ErrZeroScale) {
+		t.Errorf("different zero-mean samples: %v, want ErrZeroScale", err)
+	}
+}
+
+func TestRank(t *testing.T) {
+	n := func(vals ...float64) Sample { return Sample{Values: vals} }
+	metrics := []Metric{
+		{Name: "same", Target: n(1, 2, 3, 4), Reference: n(1, 2, 3, 4)},
+		{Name: "io size", Target: n(4, 4, 4, 128), Reference: n(128, 128, 128, 128)},
+		{Name: "delay", Target: n(10, 11, 12, 13), Reference: n(9, 10, 11, 12)},
+		{Name: "rare", Target: n(1), Reference: n(1, 2, 3, 4)},
+		{Name: "broken", Target: n(1, 2, math.NaN(), 4), Reference: n(1, 2, 3, 4)},
+		{Name: "same too", Target: n(5, 5, 5, 5), Reference: n(5, 5, 5, 5)},
+	}
+	ranked, skipped, err := Rank(metrics, &RankOptions{MinSamples: 4, Bins: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range ranked {
+		names = append(names, r.Name)
+	}
+	// io size: W = 0.75·124 = 93 over 128; delay: 1 over 11.5; the two
+	// identical ones tie at 0 and go by name.
+	want := []string{"io size", "delay", "same", "same too"}
+	if len(names) != len(want) {
+		t.Fatalf("ranked %q, want %q", names, want)
+	}
+	for i := range want {
+		if names[i] != want[i] {
+			t.Fatalf("ranked %q, want %q", names, want)
+		}
+	}
+	if !near(ranked[0].EMD, 93.0/128, 1e-12) || !near(ranked[1].EMD, 1/11.5, 1e-12) {
+		t.Errorf("distances %v, %v; want %v, %v", ranked[0].EMD, ranked[1].EMD, 93.0/128, 1/11.5)
+	}
+	if len(skipped) != 2 || skipped[0].Name != "rare" || !errors.Is(skipped[0].Err, ErrTooFewSamples) ||
+		skipped[1].Name != "broken" || !errors.Is(skipped[1].Err, ErrNotFinite) {
+		t.Errorf("skipped %+v", skipped)
+	}
+
+	h := ranked[0].Histogram
+	wantEdges := []float64{4, 35, 66, 97, 128}
+	for i, e := range wantEdges {
+		if h.Edges[i] != e {
+			t.Fatalf("edges %v, want %v", h.Edges, wantEdges)
+		}
+	}
+	if h.Target[0] != 0.75 || h.Target[3] != 0.25 || h.Reference[3] != 1 || h.Reference[0] != 0 {
+		t.Errorf("histogram target %v reference %v", h.Target, h.Reference)
+	}
+	if h := ranked[3].Histogram; len(h.Edges) != 2 || h.Edges[0] != 5 || h.Edges[1] != 5 || h.Target[0] != 1 {
+		t.Errorf("degenerate histogram %+v", h)
+	}
+
+	if _, _, err := Rank([]Metric{metrics[0], metrics[0]}, nil); err == nil {
+		t.Error("duplicate metric names accepted")
+	}
+	if _, _, err := Rank(metrics, &RankOptions{Bins: -1}); err == nil {
+		t.Error("negative bins accepted")
+	}
+}

@@ -1,0 +1,170 @@
+package diagnose
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// ErrTooFewSamples: a metric has fewer values than RankOptions.MinSamples on
+// one side, too few to say how it is distributed.
+var ErrTooFewSamples = errors.New("too few samples")
+
+// Metric is one low-level metric measured in a target and in a reference
+// execution (§4.3: inter-arrival delay of an event type, delay between two
+// causally related events, an event parameter, a concurrency level).
+type Metric struct {
+	Name              string
+	Target, Reference Sample
+}
+
+// RankOptions tunes Rank. Nil means the defaults.
+type RankOptions struct {
+	// MinSamples is the fewest values a metric needs on each side to be
+	// ranked (the paper leaves out "metrics with too few samples", Fig. 11).
+	// Default 10.
+	MinSamples int
+	// Bins is the number of histogram bins returned per metric. Default 20.
+	Bins int
+}
+
+func (o *RankOptions) withDefaults() (RankOptions, error) {
+	r := RankOptions{MinSamples: 10, Bins: 20}
+	if o == nil {
+		return r, nil
+	}
+	if o.MinSamples < 0 || o.Bins < 0 {
+		return r, fmt.Errorf("rank options: negative MinSamples %d or Bins %d", o.MinSamples, o.Bins)
+	}
+	if o.MinSamples > 0 {
+		r.MinSamples = o.MinSamples
+	}
+	if o.Bins > 0 {
+		r.Bins = o.Bins
+	}
+	return r, nil
+}
+
+// Histogram shows a metric's two distributions over shared bins, for display
+// next to its distance (as in the paper's Fig. 6).
+type Histogram struct {
+	// Edges are the bin boundaries in the metric's own units, len(bins)+1,
+	// from the smallest to the largest value of either side. When all values
+	// are equal there is one bin and both edges are that value.
+	Edges []float64
+	// Target and Reference hold each bin's share of the side's total weight;
+	// each sums to 1. A bin holds the values v with Edges[k] <= v <
+	// Edges[k+1]; the last bin also holds its upper edge.
+	Target, Reference []float64
+}
+
+// Ranked is one metric's place in the ranking.
+type Ranked struct {
+	Name string
+	// EMD is the earth mover's distance after scaling (see EMD).
+	EMD float64
+	// Scale is the divisor that made the larger mean 1; 0 when both means
+	// are 0 and the distributions are identical.
+	Scale                     float64
+	TargetMean, ReferenceMean float64
+	TargetN, ReferenceN       int
+	Histogram                 Histogram
+}
+
+// Skipped is a metric left out of the ranking, with the reason.
+type Skipped struct {
+	Name string
+	Err  error
+}
+
+// Rank implements the reference-driven metric filtering of §3.1: every
+// metric's target and reference distributions are compared by EMD (scaled so
+// the larger mean is 1) and the metrics are returned from the most to the
+// least different, ties in name order. The top of the list is where to look
+// for the anomaly's cause.
+//
+// A metric that cannot be compared (too few values, malformed values, means
+// of zero) is returned in skipped with its error rather than failing the
+// ranking. The error is for malformed options and duplicate names.
+func Rank(metrics []Metric, opts *RankOptions) (ranked []Ranked, skipped []Skipped, err error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := make(map[string]bool, len(metrics))
+	for _, m := range metrics {
+		if seen[m.Name] {
+			return nil, nil, fmt.Errorf("rank: metric %q given twice", m.Name)
+		}
+		seen[m.Name] = true
+		r, err := rankOne(m, o)
+		if err != nil {
+			skipped = append(skipped, Skipped{Name: m.Name, Err: err})
+			continue
+		}
+		ranked = append(ranked, r)
+	}
+	sort.Slice(ranked, func(i, j int) bool {
+		if ranked[i].EMD != ranked[j].EMD {
+			return ranked[i].EMD > ranked[j].EMD
+		}
+		return ranked[i].Name < ranked[j].Name
+	})
+	return ranked, skipped, nil
+}
+
+func rankOne(m Metric, o RankOptions) (Ranked, error) {
+	if m.Target.Len() < o.MinSamples || m.Reference.Len() < o.MinSamples {
+		return Ranked{}, fmt.Errorf("%w: %d target and %d reference values, need %d",
+			ErrTooFewSamples, m.Target.Len(), m.Reference.Len(), o.MinSamples)
+	}
+	dist, scale, err := EMD(m.Target, m.Reference)
+	if err != nil {
+		return Ranked{}, err
+	}
+	// EMD has validated both samples, so neither mean fails.
+	mt, _ := m.Target.Mean()
+	mr, _ := m.Reference.Mean()
+	return Ranked{
+		Name: m.Name, EMD: dist, Scale: scale,
+		TargetMean: mt, ReferenceMean: mr,
+		TargetN: m.Target.Len(), ReferenceN: m.Reference.Len(),
+		Histogram: histogram(m.Target, m.Reference, o.Bins),
+	}, nil
+}
+
+// histogram bins two valid samples over their common range.
+func histogram(t, r Sample, bins int) Histogram {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range []Sample{t, r} {
+		for _, v := range s.Values {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+	}
+	if lo == hi {
+		bins = 1
+	}
+	h := Histogram{Edges: make([]float64, bins+1)}
+	// Divided before subtracting so that a range wider than MaxFloat64 does
+	// not overflow.
+	width := hi/float64(bins) - lo/float64(bins)
+	for k := range h.Edges {
+		h.Edges[k] = lo + float64(k)*width
+	}
+	h.Edges[bins] = hi
+	fill := func(s Sample) []float64 {
+		total, _ := s.check()
+		mass := make([]float64, bins)
+		for i, v := range s.Values {
+			k := 0
+			if width > 0 {
+				k = min(int((v-lo)/width), bins-1)
+			}
+			mass[k] += s.weight(i) / total
+		}
+		return mass
+	}
+	h.Target, h.Reference = fill(t), fill(r)
+	return h
+}
