@@ -11,7 +11,7 @@ import (
 type Retention struct {
 	// RawAge is how long raw epochs are kept.
 	RawAge time.Duration
-	// RollupAge is how long rollups are kept.
+	// RollupAge is how long rollups and findings are kept.
 	RollupAge time.Duration
 }
 
@@ -41,6 +41,11 @@ func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (PruneRep
 			}
 			n, _ := res.RowsAffected()
 			rep.RollupRows += n
+		}
+		// Findings are as small as rollups and kept as long; runs are a
+		// catalog the user builds by hand and are never pruned.
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM findings WHERE end_ns < ?`, now.Add(-r.RollupAge).UnixNano()); err != nil {
+			return rep, fmt.Errorf("prune findings: %w", err)
 		}
 	}
 	if rep.Epochs > 0 || rep.RollupRows > 0 {

@@ -4,7 +4,7 @@ import "fmt"
 
 // schemaVersion is bumped with every change to schema; migrations bring an
 // older file up to date in Open.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // schema creates the tables of an empty store. Times are UTC nanoseconds.
 // The samples table has one sparse column per event field; a column that
@@ -59,6 +59,9 @@ var schema = []string{
 	`CREATE TABLE IF NOT EXISTS executables (
 		path VARCHAR PRIMARY KEY,
 		build_id VARCHAR NOT NULL)`,
+	// version 3: findings and runs (see diagnosis.go)
+	findingsDDL,
+	runsDDL,
 }
 
 // Column is one vital-specific column of the samples table.
