@@ -1,0 +1,287 @@
+package findings
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Filter is an operator over a window of vital series (Chopstix §2.2, the
+// aggregator's "multi-set aggregation operators"): a detector, a threshold
+// or a diagnostic rule. Filters are pure functions of the window, so they
+// are tested on constructed series; Evaluate runs them and Attribute adds
+// what the samples say about the findings.
+type Filter interface {
+	// Name identifies the filter in findings ("ewma:blio", "rule5-blocking").
+	Name() string
+	// Needs are the vitals the filter reads. A filter is not run when one
+	// of them is unavailable; Evaluate reports it as unevaluated instead.
+	Needs() []string
+	// Evaluate returns the filter's findings, one per interval (index in
+	// Finding.First/Last) and subject; Evaluate merges runs of them.
+	Evaluate(w *Window) []Finding
+}
+
+// Finding is what a filter concluded about a time range.
+type Finding struct {
+	Rule      string `json:"rule"`
+	Timescale string `json:"timescale"`
+	// Subject is what the finding is about: a vital, or a process.
+	Subject   string      `json:"subject"`
+	StartNs   int64       `json:"start_ns"`
+	EndNs     int64       `json:"end_ns"`
+	Score     float64     `json:"score"`
+	Summary   string      `json:"summary"`
+	Vitals    []string    `json:"vitals"`
+	Processes []Process   `json:"processes,omitempty"`
+	Sites     []Site      `json:"sites,omitempty"`
+	Evidence  []Evidence  `json:"evidence,omitempty"`
+	Samples   []SampleRef `json:"samples,omitempty"`
+	// First and Last are the window intervals the finding covers.
+	First, Last int `json:"-"`
+}
+
+// Process is a process a finding involves.
+type Process struct {
+	Pid    uint32  `json:"pid"`
+	Comm   string  `json:"comm"`
+	Exe    string  `json:"exe,omitempty"`
+	Vital  string  `json:"vital,omitempty"`
+	Weight float64 `json:"weight,omitempty"`
+}
+
+// Site is a code site a finding involves: a stack with its top frames.
+type Site struct {
+	Vital   string   `json:"vital"`
+	StackID uint64   `json:"stack_id"`
+	Kind    string   `json:"kind"`
+	Frames  []string `json:"frames"`
+	Weight  float64  `json:"weight"`
+}
+
+// Evidence is one measured value behind a finding, with the level it was
+// compared against.
+type Evidence struct {
+	Name     string  `json:"name"`
+	Value    float64 `json:"value"`
+	Against  float64 `json:"against"`
+	Relation string  `json:"relation"` // ">=", "<=", "vs mean", ...
+	Unit     string  `json:"unit,omitempty"`
+	Interval int     `json:"-"`
+}
+
+// Unevaluated is a filter that could not run on the window, and why.
+type Unevaluated struct {
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
+}
+
+// Evaluate runs the filters over the window and returns the findings of
+// intervals from w.ReportFrom on, a run of consecutive intervals with the
+// same rule and subject merged into one finding, strongest first; and the
+// filters whose vitals are unavailable, with the reason.
+func Evaluate(w *Window, filters []Filter) ([]Finding, []Unevaluated) {
+	var found []Finding
+	var skipped []Unevaluated
+	for _, f := range filters {
+		var missing []string
+		for _, v := range f.Needs() {
+			if reason, ok := w.Unavailable[v]; ok {
+				missing = append(missing, fmt.Sprintf("%s %s", v, reason))
+			}
+		}
+		if len(missing) > 0 {
+			skipped = append(skipped, Unevaluated{Rule: f.Name(), Reason: strings.Join(missing, "; ")})
+			continue
+		}
+		var mine []Finding
+		for _, x := range f.Evaluate(w) {
+			if x.Last < w.ReportFrom {
+				continue
+			}
+			if x.Rule == "" {
+				x.Rule = f.Name()
+			}
+			x.Timescale = w.Timescale
+			mine = append(mine, x)
+		}
+		found = append(found, merge(w, mine)...)
+	}
+	sort.SliceStable(found, func(i, j int) bool {
+		if found[i].StartNs != found[j].StartNs {
+			return found[i].StartNs < found[j].StartNs
+		}
+		return found[i].Score > found[j].Score
+	})
+	return found, skipped
+}
+
+// merge joins findings of one filter with the same subject over adjacent
+// intervals, keeping the strongest one's summary and evidence.
+func merge(w *Window, fs []Finding) []Finding {
+	sort.SliceStable(fs, func(i, j int) bool {
+		if fs[i].Subject != fs[j].Subject {
+			return fs[i].Subject < fs[j].Subject
+		}
+		return fs[i].First < fs[j].First
+	})
+	var out []Finding
+	for _, f := range fs {
+		if n := len(out); n > 0 && out[n-1].Subject == f.Subject && f.First <= out[n-1].Last+1 {
+			last := &out[n-1]
+			last.Last = max(last.Last, f.Last)
+			if f.Score > last.Score {
+				f.First, f.Last = last.First, last.Last
+				f.Evidence = append(last.Evidence, f.Evidence...)
+				f.Samples = append(last.Samples, f.Samples...)
+				*last = f
+			} else {
+				last.Evidence = append(last.Evidence, f.Evidence...)
+				last.Samples = append(last.Samples, f.Samples...)
+			}
+			continue
+		}
+		out = append(out, f)
+	}
+	for i := range out {
+		out[i].StartNs = w.Intervals[out[i].First].StartNs
+		out[i].EndNs = w.Intervals[out[i].Last].EndNs
+		if len(out[i].Evidence) > 12 {
+			out[i].Evidence = out[i].Evidence[len(out[i].Evidence)-12:]
+		}
+		if len(out[i].Samples) > 10 {
+			out[i].Samples = out[i].Samples[:10]
+		}
+	}
+	return out
+}
+
+// at makes a finding for interval i.
+func at(i int, subject string, score float64, summary string, vitals ...string) Finding {
+	return Finding{Subject: subject, Score: score, Summary: summary, Vitals: vitals, First: i, Last: i}
+}
+
+func procSubject(p ProcStat) string { return fmt.Sprintf("pid %d (%s)", p.Pid, p.Comm) }
+
+func procOf(p ProcStat) Process {
+	return Process{Pid: p.Pid, Comm: p.Comm, Exe: p.Exe, Vital: p.Vital, Weight: p.Weight}
+}
+
+// Measure is a number read from a window at an interval.
+type Measure struct {
+	Name, Unit string
+	Vitals     []string
+	At         func(w *Window, i int) float64
+}
+
+// WeightRate measures a vital's weight per second.
+func WeightRate(vital string) Measure {
+	return Measure{Name: vital + " weight/s", Unit: unitOf(vital) + "/s", Vitals: []string{vital},
+		At: func(w *Window, i int) float64 { return w.WeightRate(vital, i) }}
+}
+
+// EventRate measures a vital's events per second.
+func EventRate(vital string) Measure {
+	return Measure{Name: vital + " events/s", Unit: "events/s", Vitals: []string{vital},
+		At: func(w *Window, i int) float64 { return w.EventRate(vital, i) }}
+}
+
+func unitOf(vital string) string {
+	switch vital {
+	case "blio", "sock":
+		return "bytes"
+	case "kmem", "umem":
+		return "pages"
+	case "l2", "signal":
+		return "events"
+	}
+	return "µs"
+}
+
+// Threshold flags intervals where a measure is at or above Above (if set)
+// or at or below Below (if set).
+type Threshold struct {
+	Label   string
+	Measure Measure
+	Above   *float64
+	Below   *float64
+}
+
+func (t Threshold) Name() string    { return t.Label }
+func (t Threshold) Needs() []string { return t.Measure.Vitals }
+
+func (t Threshold) Evaluate(w *Window) []Finding {
+	var out []Finding
+	for i := range w.Intervals {
+		x := t.Measure.At(w, i)
+		if math.IsNaN(x) {
+			continue
+		}
+		for _, lim := range []struct {
+			level *float64
+			rel   string
+			hit   bool
+		}{{t.Above, ">=", t.Above != nil && x >= *t.Above}, {t.Below, "<=", t.Below != nil && x <= *t.Below}} {
+			if !lim.hit {
+				continue
+			}
+			f := at(i, t.Measure.Vitals[0], x, fmt.Sprintf("%s %.4g %s, threshold %s %.4g", t.Measure.Name, x, t.Measure.Unit, lim.rel, *lim.level), t.Measure.Vitals...)
+			f.Evidence = []Evidence{{Name: t.Measure.Name, Value: x, Against: *lim.level, Relation: lim.rel, Unit: t.Measure.Unit, Interval: i}}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// EWMAFilter runs an EWMA detector over a measure.
+type EWMAFilter struct {
+	Measure  Measure
+	Detector EWMA
+	// MinEvents is the fewest events of the measure's first vital an
+	// interval needs for a rise to count, so that a stray event over an
+	// idle baseline is not an anomaly. Default 10.
+	MinEvents float64
+}
+
+func (e EWMAFilter) Name() string    { return "ewma:" + e.Measure.Name }
+func (e EWMAFilter) Needs() []string { return e.Measure.Vitals }
+
+func (e EWMAFilter) Evaluate(w *Window) []Finding {
+	xs := make([]float64, len(w.Intervals))
+	for i := range xs {
+		xs[i] = e.Measure.At(w, i)
+	}
+	anomalies, err := e.Detector.Detect(xs)
+	if err != nil {
+		return nil
+	}
+	minEvents := e.MinEvents
+	if minEvents == 0 {
+		minEvents = 10
+	}
+	vital := e.Measure.Vitals[0]
+	var out []Finding
+	for _, a := range anomalies {
+		if a.Z > 0 && w.series(vital).Events[a.Index] < minEvents {
+			continue
+		}
+		dir := "rose"
+		if a.Z < 0 {
+			dir = "fell"
+		}
+		f := at(a.Index, vital, math.Min(math.Abs(a.Z), 1e6), fmt.Sprintf("%s %s to %.4g %s from a moving mean of %.4g (%.1fσ)",
+			e.Measure.Name, dir, a.Value, e.Measure.Unit, a.Mean, a.Z), e.Measure.Vitals...)
+		f.Evidence = []Evidence{{Name: e.Measure.Name, Value: a.Value, Against: a.Mean, Relation: "vs moving mean", Unit: e.Measure.Unit, Interval: a.Index}}
+		if a.Z > 0 {
+			for k, p := range w.ProcsOf(a.Index, vital) {
+				if k == 3 {
+					break
+				}
+				f.Processes = append(f.Processes, procOf(p))
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,117 @@
+package findings
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// writeEpochs writes n one-second epochs: a steady background of block I/O
+// by pid 5, and from epoch spikeFrom on pid 70 ("writer") doing 40 MB/s of
+// writes and blocking 0.9 s/s, sampled at est counts 1, 4, 16 … as the
+// recorder would.
+func writeEpochs(t *testing.T, st *store.Store, n, spikeFrom int) {
+	t.Helper()
+	ctx := context.Background()
+	for e := 0; e < n; e++ {
+		start := int64(e) * 1e9
+		ep := &store.Epoch{Host: "h", Epoch: int64(e), StartNs: start, EndNs: start + 1e9,
+			Stacks: []store.Stack{{ID: 77, Kind: "user", Frames: []string{"holter_write_once", "main"}, Modules: []string{"w", "w"}}}}
+		blio := store.Vital{Name: "blio", Events: 10, WeightSum: 10 * 4096}
+		blck := store.Vital{Name: "blck", Events: 5, WeightSum: 5000}
+		ep.Samples = append(ep.Samples, store.Sample{TsNs: start + 1, Vital: "blio", LabelHash: 1, Weight: 4096, EstCount: 4096 * 10,
+			Pid: 5, Comm: "bg", Exe: "/bg", Fields: map[string]any{"bytes_requested": uint64(4096), "bytes_completed": uint64(4096), "latency_ns": int64(1e5)}})
+		if e >= spikeFrom {
+			blio.Events += 640
+			blio.WeightSum += 640 * 65536
+			blck.Events += 640
+			blck.WeightSum += 900_000
+			for k, est := range []uint64{1, 4, 16, 64, 256, 640} {
+				ts := start + int64(k+2)*1e8
+				ep.Samples = append(ep.Samples,
+					store.Sample{TsNs: ts, Vital: "blio", LabelHash: 2, Weight: 65536, EstCount: est * 65536, Pid: 70, Tid: 70,
+						Comm: "writer", Exe: "/writer", UStackID: 77,
+						Fields: map[string]any{"bytes_requested": uint64(65536), "bytes_completed": uint64(65536), "latency_ns": int64(5e6)}},
+					store.Sample{TsNs: ts + 1, Vital: "blck", LabelHash: 3, Weight: 1400, EstCount: est * 1400, Pid: 70, Tid: 70,
+						Comm: "writer", Exe: "/writer", UStackID: 77, Fields: map[string]any{"delay_ns": int64(1.4e6)}})
+			}
+			if e == spikeFrom+1 {
+				ep.Samples = append(ep.Samples, store.Sample{TsNs: start + 9e8, Vital: "blio", LabelHash: 2, Weight: 65536, EstCount: 700 * 65536,
+					Pid: 70, Comm: "writer", Exe: "/writer", Fields: map[string]any{"bytes_requested": uint64(65536), "bytes_completed": uint64(512),
+						"dev": "8:0", "op": "write", "sector": uint64(2048), "error": int32(0)}})
+			}
+		}
+		ep.Vitals = []store.Vital{blio, blck, {Name: "cpu", Events: 100, WeightSum: 100000}}
+		if err := st.WriteEpoch(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFindingsOnARealStore(t *testing.T) {
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	writeEpochs(t, st, 12, 8)
+	ctx := context.Background()
+	w, err := Load(ctx, st, LoadOptions{From: time.Unix(0, 0), To: time.Unix(100, 0), CPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Intervals) != 12 || w.Host != "h" {
+		t.Fatalf("window of %d intervals, host %q", len(w.Intervals), w.Host)
+	}
+	// Pid 70's share of blio in epoch 8: represented weight 640*65536 of
+	// 640*65536 + 10*4096, times the exact total.
+	p := w.Proc(8, "blio", 70)
+	total := float64(10*4096 + 640*65536)
+	if want := total * 640 * 65536 / total; p.Weight < want*0.999 || p.Weight > want*1.001 || p.Comm != "writer" {
+		t.Fatalf("pid 70 blio %+v, want weight %v", p, want)
+	}
+	if w.Unavailable["l2"] == "" || w.Unavailable["blio"] != "" {
+		t.Fatalf("unavailable %v", w.Unavailable)
+	}
+	found, skipped := Evaluate(w, DefaultFilters(nil))
+	if err := Attribute(ctx, st, w.Host, found); err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]Finding{}
+	for _, f := range found {
+		rules[f.Rule+" "+f.Subject] = f
+	}
+	ew, ok := rules["ewma:blio weight/s blio"]
+	if !ok || ew.StartNs != 8e9 || len(ew.Processes) == 0 || ew.Processes[0].Comm != "writer" {
+		t.Fatalf("no EWMA blio finding at epoch 8 naming writer: %+v", found)
+	}
+	if len(ew.Sites) == 0 || ew.Sites[0].Frames[0] != "holter_write_once" || len(ew.Samples) == 0 {
+		t.Errorf("EWMA finding without the writer's site or samples: %+v", ew)
+	}
+	b, ok := rules["rule5-blocking pid 70 (writer)"]
+	if !ok || b.StartNs != 8e9 || b.EndNs != 12e9 || !strings.Contains(b.Summary, "mirrored by blio") {
+		t.Errorf("rule 5: %+v", b)
+	}
+	u, ok := rules["rule3-unsatisfied-io dev 8:0"]
+	if !ok || u.StartNs != 9e9 || u.Processes[0].Pid != 70 {
+		t.Errorf("rule 3: %+v", u)
+	}
+	var rule1 bool
+	for _, s := range skipped {
+		rule1 = rule1 || s.Rule == "rule1-busy-loop" && strings.Contains(s.Reason, "l2 not recorded")
+	}
+	if !rule1 {
+		t.Errorf("rule 1 not reported unevaluable: %+v", skipped)
+	}
+	// The rollup timescale sees the same store.
+	w5, err := Load(ctx, st, LoadOptions{Timescale: "5m", From: time.Unix(0, 0), To: time.Unix(100, 0)})
+	if err != nil || len(w5.Intervals) != 1 || w5.Vitals["blio"].Events[0] != 120+4*640 {
+		t.Fatalf("5m window %+v, %v", w5, err)
+	}
+	if _, err := Load(ctx, st, LoadOptions{From: time.Unix(1000, 0), To: time.Unix(2000, 0)}); err == nil {
+		t.Fatal("empty range loaded")
+	}
+}

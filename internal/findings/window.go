@@ -1,0 +1,463 @@
+package findings
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// Querier answers read-only SQL: the store itself, or a running recorder's
+// API when the recorder holds the store.
+type Querier interface {
+	Query(ctx context.Context, sql string) (*store.Result, error)
+}
+
+// Epoch is the timescale of raw epochs; the others are the store's rollups
+// (store.Timescales: 5m, 1h, 1d).
+const Epoch = "epoch"
+
+// Interval is one point of a window: an epoch or a rollup bucket.
+type Interval struct {
+	StartNs, EndNs int64
+}
+
+// Seconds is the interval's length.
+func (iv Interval) Seconds() float64 { return float64(iv.EndNs-iv.StartNs) / 1e9 }
+
+// VitalSeries is one vital's summary per interval of a window, from the
+// vitals table (or rollups): exact totals, not estimates. An interval in
+// which the vital was not recorded holds NaN.
+type VitalSeries struct {
+	Events, Weight, Secondary []float64
+}
+
+// ProcStat is one process's share of one vital in one interval, estimated
+// from samples (see Load).
+type ProcStat struct {
+	Interval int
+	Vital    string
+	Pid      uint32
+	Comm     string
+	Exe      string
+	// Weight and Events are the process's estimated part of the vital's
+	// exact totals in the interval.
+	Weight, Events float64
+	Samples        int
+}
+
+// Window is what filters read: each vital's series over a run of
+// intervals of one timescale, and per-process estimates from samples.
+type Window struct {
+	Host      string
+	Timescale string
+	Intervals []Interval
+	Vitals    map[string]*VitalSeries
+	Procs     []ProcStat
+	// Unavailable says, per vital, why it cannot be read here: never
+	// recorded in the window, or (filled in by the caller from the
+	// recorder's status) unsupported on the host.
+	Unavailable map[string]string
+	// CPUs is the number of CPUs, to express cpu time as a share of the
+	// machine.
+	CPUs int
+	// KernelCPU is the share of cpu time spent in the kernel per interval
+	// (NaN without cpu samples).
+	KernelCPU []float64
+	// FreeKB is the least free memory seen by kmem and umem samples per
+	// interval (NaN without them).
+	FreeKB []float64
+	// Unsatisfied are sampled block requests that completed fewer bytes
+	// than they asked for, or failed (Rule #3).
+	Unsatisfied []IORequest
+	// Signals are sampled signals (Rule #10); Exits sampled exit syscalls.
+	Signals []SignalEvent
+	Exits   []SampleRef
+	// ReportFrom is the first interval findings are reported for; earlier
+	// ones are history (a detector's warm-up, a rule's baseline).
+	ReportFrom int
+}
+
+// IORequest is a sampled block request.
+type IORequest struct {
+	SampleRef
+	Comm                 string
+	Dev, Op              string
+	Sector               uint64
+	Requested, Completed uint64
+	Error                int64
+}
+
+// SignalEvent is a sampled signal.
+type SignalEvent struct {
+	SampleRef
+	Comm      string
+	Signal    int64
+	TargetPid uint32
+}
+
+// SampleRef points at one row of the samples table.
+type SampleRef struct {
+	Interval int    `json:"-"`
+	Epoch    int64  `json:"epoch"`
+	TsNs     int64  `json:"ts_ns"`
+	Vital    string `json:"vital"`
+	Pid      uint32 `json:"pid"`
+}
+
+// LoadOptions says which window to load.
+type LoadOptions struct {
+	// Host defaults to the host of the latest epoch in the store.
+	Host string
+	// Timescale is Epoch (the default) or a rollup timescale name.
+	Timescale string
+	// From and To bound the intervals by their start; zero To means now.
+	From, To time.Time
+	// ReportFrom: intervals starting before it are loaded as history only.
+	ReportFrom time.Time
+	// CPUs defaults to 1.
+	CPUs int
+}
+
+// Vitals are the vital sign names the store may hold, in the recorder's
+// order.
+var Vitals = []string{"cpu", "l2", "sched", "blck", "blio", "kmem", "umem", "syscall", "signal", "sock", "lock"}
+
+// ErrNoData is returned by Load for a range without recorded intervals.
+var ErrNoData = fmt.Errorf("nothing recorded")
+
+// Load reads a window from the store.
+//
+// Per-process figures are estimates. The recorder samples an event when
+// its label's estimated weight crosses the next power of the threshold, so
+// a sample stands for the weight its label gathered since the label's
+// previous sample in the epoch (the difference of their est_count) and for
+// about that weight divided by its own weight in events. A process's share
+// of a vital is its share of these represented weights, and its Weight and
+// Events are that share of the vital's exact totals. At rollup timescales
+// they come from the raw samples still retained.
+func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
+	if o.Timescale == "" {
+		o.Timescale = Epoch
+	}
+	width, ok := timescaleWidth(o.Timescale)
+	if !ok {
+		return nil, fmt.Errorf("unknown timescale %q (epoch, 5m, 1h or 1d)", o.Timescale)
+	}
+	if o.To.IsZero() {
+		o.To = time.Now()
+	}
+	if o.CPUs <= 0 {
+		o.CPUs = 1
+	}
+	if o.Host == "" {
+		res, err := q.Query(ctx, `SELECT host FROM epochs ORDER BY end_ns DESC LIMIT 1`)
+		if err != nil {
+			return nil, fmt.Errorf("load window: %w", err)
+		}
+		if len(res.Rows) == 0 {
+			return nil, fmt.Errorf("load window: %w: the store has no epochs", ErrNoData)
+		}
+		o.Host = fmt.Sprint(res.Rows[0][0])
+	}
+	w := &Window{Host: o.Host, Timescale: o.Timescale, Vitals: map[string]*VitalSeries{},
+		Unavailable: map[string]string{}, CPUs: o.CPUs}
+	from, to := o.From.UnixNano(), o.To.UnixNano()
+	host := sqlString(o.Host)
+	var series string
+	if o.Timescale == Epoch {
+		series = fmt.Sprintf(`SELECT e.start_ns, e.end_ns, v.vital, CAST(v.events AS DOUBLE), CAST(v.weight_sum AS DOUBLE),
+			CAST(v.secondary AS DOUBLE) FROM epochs e JOIN vitals v ON v.host = e.host AND v.epoch = e.epoch
+			WHERE e.host = %s AND e.start_ns >= %d AND e.start_ns < %d ORDER BY e.start_ns`, host, from, to)
+	} else {
+		series = fmt.Sprintf(`SELECT bucket_ns, bucket_ns + %d, vital, CAST(events AS DOUBLE), CAST(weight_sum AS DOUBLE),
+			CAST(secondary AS DOUBLE) FROM rollups WHERE timescale = %s AND host = %s AND bucket_ns >= %d AND bucket_ns < %d
+			ORDER BY bucket_ns`, width, sqlString(o.Timescale), host, from-from%width, to)
+	}
+	res, err := q.Query(ctx, series)
+	if err != nil {
+		return nil, fmt.Errorf("load window: %w", err)
+	}
+	index := map[int64]int{}
+	type row struct {
+		i                   int
+		vital               string
+		events, weight, sec float64
+	}
+	var rows []row
+	for _, r := range res.Rows {
+		start, end := toInt(r[0]), toInt(r[1])
+		i, ok := index[start]
+		if !ok {
+			i = len(w.Intervals)
+			index[start] = i
+			w.Intervals = append(w.Intervals, Interval{start, end})
+		}
+		rows = append(rows, row{i, fmt.Sprint(r[2]), toFloat(r[3]), toFloat(r[4]), toFloat(r[5])})
+	}
+	if len(w.Intervals) == 0 {
+		return nil, fmt.Errorf("%w on host %s between %s and %s at timescale %s", ErrNoData, o.Host,
+			o.From.UTC().Format(time.RFC3339), o.To.UTC().Format(time.RFC3339), o.Timescale)
+	}
+	n := len(w.Intervals)
+	for _, r := range rows {
+		s := w.Vitals[r.vital]
+		if s == nil {
+			s = &VitalSeries{Events: nans(n), Weight: nans(n), Secondary: nans(n)}
+			w.Vitals[r.vital] = s
+		}
+		s.Events[r.i], s.Weight[r.i], s.Secondary[r.i] = r.events, r.weight, r.sec
+	}
+	for _, v := range Vitals {
+		if w.Vitals[v] == nil {
+			w.Unavailable[v] = "not recorded in this range"
+		}
+	}
+	w.ReportFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].StartNs >= o.ReportFrom.UnixNano() })
+	if err := w.loadSamples(ctx, q, index, width, from, to); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// bucketExpr maps an epoch's start to its interval's start.
+func bucketExpr(width int64) string {
+	if width == 0 {
+		return "e.start_ns"
+	}
+	return fmt.Sprintf("(e.start_ns - e.start_ns %% %d)", width)
+}
+
+// representedCTE gives each sample in range the weight (dw) and events (de)
+// it stands for, and its interval (b).
+func representedCTE(host string, width, from, to int64, where string) string {
+	if where != "" {
+		where = " AND " + where
+	}
+	return fmt.Sprintf(`WITH s AS (
+		SELECT %s AS b, s.*,
+			greatest(CAST(s.est_count AS DOUBLE) - coalesce(lag(CAST(s.est_count AS DOUBLE)) OVER
+				(PARTITION BY s.epoch, s.vital, s.label_hash, s.pid ORDER BY s.ts_ns), 0), 0) AS dw
+		FROM samples s JOIN epochs e ON e.host = s.host AND e.epoch = s.epoch
+		WHERE s.host = %s AND e.start_ns >= %d AND e.start_ns < %d%s),
+	r AS (SELECT *, dw / greatest(CAST(weight AS DOUBLE), 1) AS de FROM s)`,
+		bucketExpr(width), sqlString(host), from-from%max(width, 1), to, where)
+}
+
+func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int, width, from, to int64) error {
+	n := len(w.Intervals)
+	cte := representedCTE(w.Host, width, from, to, "")
+	res, err := q.Query(ctx, cte+`, p AS (SELECT b, vital, pid, any_value(comm) AS comm, any_value(exe) AS exe,
+			sum(dw) AS dw, sum(de) AS de, count(*) AS n FROM r GROUP BY b, vital, pid)
+		SELECT b, vital, pid, comm, exe, dw / sum(dw) OVER (PARTITION BY b, vital), de / sum(de) OVER (PARTITION BY b, vital), n
+		FROM p ORDER BY b, vital, dw DESC`)
+	if err != nil {
+		return fmt.Errorf("load processes: %w", err)
+	}
+	for _, r := range res.Rows {
+		i, ok := index[toInt(r[0])]
+		if !ok {
+			continue
+		}
+		vital := fmt.Sprint(r[1])
+		s := w.Vitals[vital]
+		if s == nil || math.IsNaN(s.Weight[i]) {
+			continue
+		}
+		w.Procs = append(w.Procs, ProcStat{Interval: i, Vital: vital, Pid: uint32(toInt(r[2])),
+			Comm: fmt.Sprint(r[3]), Exe: fmt.Sprint(r[4]),
+			Weight: nanZero(toFloat(r[5])) * s.Weight[i], Events: nanZero(toFloat(r[6])) * s.Events[i], Samples: int(toInt(r[7]))})
+	}
+
+	w.KernelCPU, w.FreeKB = nans(n), nans(n)
+	res, err = q.Query(ctx, cte+`SELECT b, sum(dw) FILTER (WHERE vital = 'cpu' AND in_kernel) / nullif(sum(dw) FILTER (WHERE vital = 'cpu'), 0),
+		CAST(min(free_kb) FILTER (WHERE vital IN ('kmem', 'umem')) AS DOUBLE) FROM r GROUP BY b`)
+	if err != nil {
+		return fmt.Errorf("load cpu and memory: %w", err)
+	}
+	for _, r := range res.Rows {
+		if i, ok := index[toInt(r[0])]; ok {
+			w.KernelCPU[i], w.FreeKB[i] = toFloat(r[1]), toFloat(r[2])
+		}
+	}
+
+	res, err = q.Query(ctx, cte+`SELECT b, epoch, ts_ns, pid, comm, coalesce(dev, ''), coalesce(op, ''), coalesce(sector, 0),
+		coalesce(bytes_requested, 0), coalesce(bytes_completed, 0), coalesce(error, 0) FROM r
+		WHERE vital = 'blio' AND (bytes_completed < bytes_requested OR error <> 0) ORDER BY ts_ns LIMIT 1000`)
+	if err != nil {
+		return fmt.Errorf("load block requests: %w", err)
+	}
+	for _, r := range res.Rows {
+		if i, ok := index[toInt(r[0])]; ok {
+			w.Unsatisfied = append(w.Unsatisfied, IORequest{
+				SampleRef: SampleRef{Interval: i, Epoch: toInt(r[1]), TsNs: toInt(r[2]), Vital: "blio", Pid: uint32(toInt(r[3]))},
+				Comm:      fmt.Sprint(r[4]), Dev: fmt.Sprint(r[5]), Op: fmt.Sprint(r[6]), Sector: uint64(toInt(r[7])),
+				Requested: uint64(toInt(r[8])), Completed: uint64(toInt(r[9])), Error: toInt(r[10])})
+		}
+	}
+
+	res, err = q.Query(ctx, cte+`SELECT b, epoch, ts_ns, pid, comm, vital, coalesce(signal, -1), coalesce(target_pid, 0) FROM r
+		WHERE vital = 'signal' OR (vital = 'syscall' AND syscall_nr IN (60, 231)) ORDER BY ts_ns LIMIT 10000`)
+	if err != nil {
+		return fmt.Errorf("load signals and exits: %w", err)
+	}
+	for _, r := range res.Rows {
+		i, ok := index[toInt(r[0])]
+		if !ok {
+			continue
+		}
+		ref := SampleRef{Interval: i, Epoch: toInt(r[1]), TsNs: toInt(r[2]), Vital: fmt.Sprint(r[5]), Pid: uint32(toInt(r[3]))}
+		if ref.Vital == "signal" {
+			w.Signals = append(w.Signals, SignalEvent{SampleRef: ref, Comm: fmt.Sprint(r[4]), Signal: toInt(r[6]), TargetPid: uint32(toInt(r[7]))})
+		} else {
+			w.Exits = append(w.Exits, ref)
+		}
+	}
+	return nil
+}
+
+func timescaleWidth(name string) (int64, bool) {
+	if name == Epoch {
+		return 0, true
+	}
+	for _, ts := range store.Timescales {
+		if ts.Name == name {
+			return ts.Width.Nanoseconds(), true
+		}
+	}
+	return 0, false
+}
+
+// Value reads one vital's series at an interval: NaN when absent.
+func (w *Window) series(vital string) *VitalSeries {
+	if s := w.Vitals[vital]; s != nil {
+		return s
+	}
+	n := len(w.Intervals)
+	return &VitalSeries{Events: nans(n), Weight: nans(n), Secondary: nans(n)}
+}
+
+// WeightRate is a vital's weight per second in interval i: for the
+// time-weighted vitals (cpu, sched, blck, syscall, lock, in microseconds)
+// it is microseconds per second.
+func (w *Window) WeightRate(vital string, i int) float64 {
+	return w.series(vital).Weight[i] / w.Intervals[i].Seconds()
+}
+
+// EventRate is a vital's events per second in interval i.
+func (w *Window) EventRate(vital string, i int) float64 {
+	return w.series(vital).Events[i] / w.Intervals[i].Seconds()
+}
+
+// CPUUtil is the machine's CPU utilisation in interval i, 0..1.
+func (w *Window) CPUUtil(i int) float64 {
+	return w.WeightRate("cpu", i) / 1e6 / float64(max(w.CPUs, 1))
+}
+
+// Proc returns a process's stat for a vital in interval i (zero if none).
+func (w *Window) Proc(i int, vital string, pid uint32) ProcStat {
+	for _, p := range w.Procs {
+		if p.Interval == i && p.Vital == vital && p.Pid == pid {
+			return p
+		}
+	}
+	return ProcStat{Interval: i, Vital: vital, Pid: pid}
+}
+
+// ProcsOf lists the process stats of a vital in interval i, largest first.
+func (w *Window) ProcsOf(i int, vital string) []ProcStat {
+	var out []ProcStat
+	for _, p := range w.Procs {
+		if p.Interval == i && p.Vital == vital {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Weight > out[b].Weight })
+	return out
+}
+
+func nans(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = math.NaN()
+	}
+	return s
+}
+
+func nanZero(x float64) float64 {
+	if math.IsNaN(x) {
+		return 0
+	}
+	return x
+}
+
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// toFloat reads a number as the store or the API returns it (NULL: NaN).
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case float32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case uint32:
+		return float64(x)
+	case int16:
+		return float64(x)
+	case int8:
+		return float64(x)
+	case uint16:
+		return float64(x)
+	case uint8:
+		return float64(x)
+	case *big.Int:
+		f, _ := new(big.Float).SetInt(x).Float64()
+		return f
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return math.NaN()
+		}
+		return f
+	case bool:
+		if x {
+			return 1
+		}
+		return 0
+	}
+	return math.NaN()
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case uint64:
+		return int64(x)
+	case *big.Int:
+		return x.Int64()
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n
+		}
+	}
+	f := toFloat(v)
+	if math.IsNaN(f) {
+		return 0
+	}
+	return int64(f)
+}
