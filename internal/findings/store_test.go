@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/store"
 )
 
@@ -113,5 +114,40 @@ func TestFindingsOnARealStore(t *testing.T) {
 	}
 	if _, err := Load(ctx, st, LoadOptions{From: time.Unix(1000, 0), To: time.Unix(2000, 0)}); err == nil {
 		t.Fatal("empty range loaded")
+	}
+}
+
+func TestCompareRangesRanksTheChangedMetricFirst(t *testing.T) {
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	writeEpochs(t, st, 16, 8)
+	ranked, skipped, err := CompareRanges(context.Background(), st, "h", Range{8e9, 16e9}, Range{0, 8e9}, &diagnose.RankOptions{MinSamples: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranked) == 0 {
+		t.Fatalf("nothing ranked; skipped %+v", skipped)
+	}
+	for _, r := range ranked {
+		t.Logf("%-40s EMD %.3f  target mean %.4g (n %d)  reference mean %.4g (n %d)", r.Name, r.EMD, r.TargetMean, r.TargetN, r.ReferenceMean, r.ReferenceN)
+	}
+	// The writer's I/O changed everything about blio: outstanding requests,
+	// rate, latency and size rank above the unchanged cpu rate.
+	if n := ranked[0].Name; !strings.Contains(n, "block requests") && !strings.HasPrefix(n, "blio") {
+		t.Errorf("top metric %q is not about block I/O", n)
+	}
+	if last := ranked[len(ranked)-1]; last.Name != "cpu events/s per epoch" || last.EMD > 1e-9 {
+		t.Errorf("unchanged cpu rate ranked %+v last", last)
+	}
+	// blck exists only in the target: too few reference values, skipped.
+	var blck bool
+	for _, s := range skipped {
+		blck = blck || s.Name == "blck blocked time (ns)"
+	}
+	if !blck {
+		t.Errorf("blck delay not skipped: %+v", skipped)
 	}
 }
