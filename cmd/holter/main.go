@@ -32,6 +32,10 @@ func commands() []command {
 		{"query", "answer SQL over the store", runQuery},
 		{"status", "say what is recorded, what is unsupported and why", runStatus},
 		{"vitals", "start or stop recording vitals in the running recorder", runVitals},
+		{"findings", "list what the filters and rules found in a time range", runFindings},
+		{"diff", "rank the metrics that differ most between two time ranges", runDiff},
+		{"run", "run a command while recording and add it to the run catalog", runRun},
+		{"runs", "list the run catalog and the anomalous runs with their metrics", runRuns},
 		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "holter", version)
 			return nil

@@ -127,7 +127,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			}
 			return nil
 		}
-		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: rec.Status, SetVital: setVital})
+		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: rec.Status, SetVital: setVital, AddRun: st.AddRun})
 		if err != nil {
 			return err
 		}
@@ -142,11 +142,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time
+	online := newOnline(st, *epoch, rec.Status, logf)
 	return rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
 		if err := st.WriteEpoch(context.Background(), e); err != nil {
 			return err
 		}
+		online.afterEpoch(e)
 		if time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
 			rep, err := st.Prune(context.Background(), retention, lastPrune)

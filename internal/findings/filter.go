@@ -1,10 +1,14 @@
 package findings
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/holter-dev/holter/internal/store"
 )
 
 // Filter is an operator over a window of vital series (Chopstix §2.2, the
@@ -284,4 +288,36 @@ func (e EWMAFilter) Evaluate(w *Window) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// Row is the finding as a row of the store's findings table.
+func (f Finding) Row(host string) store.Finding {
+	detail, _ := json.Marshal(f)
+	row := store.Finding{Host: host, Rule: f.Rule, Timescale: f.Timescale, Subject: f.Subject, StartNs: f.StartNs,
+		EndNs: f.EndNs, Score: f.Score, Summary: f.Summary, Detail: string(detail)}
+	for _, p := range f.Processes {
+		row.Pids = append(row.Pids, p.Pid)
+		row.Comms = append(row.Comms, p.Comm)
+	}
+	return row
+}
+
+// Stored reads the findings the store holds that overlap a range.
+func Stored(ctx context.Context, q Querier, host string, r Range) ([]Finding, error) {
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT detail, start_ns, end_ns, score FROM findings
+		WHERE host = %s AND end_ns > %d AND start_ns < %d ORDER BY start_ns, rule, subject`, sqlString(host), r.StartNs, r.EndNs))
+	if err != nil {
+		return nil, fmt.Errorf("stored findings: %w", err)
+	}
+	var out []Finding
+	for _, row := range res.Rows {
+		var f Finding
+		if err := json.Unmarshal([]byte(fmt.Sprint(row[0])), &f); err != nil {
+			return nil, fmt.Errorf("stored findings: bad detail: %w", err)
+		}
+		// The row's range and score may have grown past the detail's.
+		f.StartNs, f.EndNs, f.Score = toInt(row[1]), toInt(row[2]), toFloat(row[3])
+		out = append(out, f)
+	}
+	return out, nil
 }

@@ -33,6 +33,8 @@ type Options struct {
 	Status func() recorder.Status
 	// SetVital starts or stops one vital; nil when serving a stored recording.
 	SetVital func(name string, on bool) error
+	// AddRun adds a run to the catalog; nil when serving a stored recording.
+	AddRun func(ctx context.Context, r store.Run) error
 }
 
 // Server is a running API server.
@@ -113,6 +115,7 @@ func Listen(opts Options) (*Server, error) {
 		}
 		query(w, r, string(body))
 	})
+	registerRuns(mux, opts)
 	return s, nil
 }
 
