@@ -99,7 +99,7 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	var fs struct {
 		Findings []struct {
 			Rule, Subject, Summary string
-			Processes               []struct{ Comm string }
+			Processes              []struct{ Comm string }
 		}
 		Unevaluated []struct{ Rule, Reason string }
 	}
@@ -157,3 +157,59 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 }
 
 func filepathTemp() (string, error) { return os.MkdirTemp("/var/tmp", "holter-io-") }
+
+// TestRunCatalogFindsThePlantedAnomaly adds runs of a parameterised
+// workload to the catalog through a running recorder: sixteen pairs differing
+// only in sleep (0 → 2 ms), one of which secretly sleeps 40 ms. holter runs
+// reports that run against its reference with p <= 0.05.
+func TestRunCatalogFindsThePlantedAnomaly(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	work := testutil.BuildWorkload(t, "param_work")
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	r.waitEpochs(t, 1)
+	file := filepath.Join(t.TempDir(), "f")
+	for rep := 0; rep < 16; rep++ {
+		for _, sleep := range []string{"0", "2"} {
+			actual := sleep
+			if rep == 3 && sleep == "2" {
+				actual = "40" // the planted anomaly
+			}
+			_, errOut, code := runHolter(t, bin, "run", "--data", dir, "--param", "sleep="+sleep, "--param", "rep="+string(rune('a'+rep)),
+				"--perf-regex", `ops/s: ([0-9.]+)`, "--", work, file, "30", actual)
+			if code != 0 {
+				t.Fatalf("run: exit %d %s", code, errOut)
+			}
+		}
+	}
+	out, errOut, code := runHolter(t, bin, "runs", "--data", dir, "--json")
+	if code != 0 {
+		t.Fatalf("runs: exit %d %s", code, errOut)
+	}
+	var res struct {
+		Runs      []struct{ ID string }
+		Anomalies []struct {
+			Target, Reference string
+			PValue            float64
+			Metrics           []struct{ Name string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 32 {
+		t.Fatalf("%d runs in the catalog", len(res.Runs))
+	}
+	found := false
+	for _, a := range res.Anomalies {
+		t.Logf("anomaly: %s against %s, p %.4f, metrics %v", a.Target, a.Reference, a.PValue, a.Metrics)
+		found = found || a.Target == "r8" && a.PValue <= 0.05
+	}
+	if !found {
+		t.Errorf("the planted anomaly r8 was not found:\n%s", out)
+	}
+	text, _, _ := runHolter(t, bin, "runs", "--data", dir)
+	t.Log(text)
+}
