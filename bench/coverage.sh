@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Coverage (Chopstix §5.3): the probability that a label which occurred in
+# an epoch has no sample in it — a false negative — per vital, at default
+# sketch sizes, under a mixed background workload, against exact ground
+# truth. COPIES copies of bench/workloads/rare.c, each a label of its own,
+# do one event of each vital at a random moment of every epoch and log when
+# (the ground truth); the store must hold a sample of that label in that
+# epoch. Trials within 50 ms of an epoch boundary are not counted. The
+# budget is off, as in the paper's evaluation ("all limits disabled"), so
+# shedding cannot stand in for the sketch. Prints rates; asserts nothing.
+#   COPIES=16 SECS=150 BACKGROUND="stress-ng --cpu 1 --fork 1 --hdd 1 --sock 1 --vm 1 --pipe 1" bench/coverage.sh
+source "$(dirname "$0")/lib.sh"
+COPIES=${COPIES:-16}
+SECS=${SECS:-150}
+BACKGROUND=${BACKGROUND:-stress-ng --cpu 1 --fork 1 --hdd 1 --sock 1 --vm 1 --pipe 1 --timeout $((SECS + 5))}
+mkdir -p "$work/bin" "$work/logs"
+gcc -O2 -o "$work/bin/rare" bench/workloads/rare.c
+for i in $(seq -w 1 "$COPIES"); do cp "$work/bin/rare" "$work/bin/rare-$i"; done
+
+start_recorder "$work/data" --epoch 1s --budget off
+# shellcheck disable=SC2086
+$BACKGROUND >/dev/null 2>&1 &
+bg=$!
+sleep 2
+pids=()
+for i in $(seq -w 1 "$COPIES"); do
+	"$work/bin/rare-$i" "$SECS" 1000 "/var/tmp/holter-rare-$i.dat" >"$work/logs/$i" &
+	pids+=($!)
+	echo "$i $!" >>"$work/pids"
+done
+wait "${pids[@]}"
+kill "$bg" 2>/dev/null || true
+wait "$bg" 2>/dev/null || true
+sleep 2
+stop_recorder
+rm -f /var/tmp/holter-rare-*.dat
+
+q() { "$work/holter" query --data "$work/data" --format csv "$1"; }
+q "SELECT epoch, start_ns, end_ns FROM epochs" >"$work/epochs.csv"
+q "SELECT epoch, vital, pid, syscall_nr, signal, direction FROM samples WHERE comm LIKE 'rare-%'" >"$work/samples.csv"
+q "SELECT vital, sum(lost_ringbuf) AS lost_ringbuf, sum(lost_state) AS lost_state, count(*) AS epochs FROM vitals GROUP BY vital ORDER BY vital" >"$work/lost.csv"
+python3 bench/coverage.py "$work"
+[ -z "${KEEP:-}" ] || cp -r "$work" "$KEEP"
