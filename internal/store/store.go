@@ -431,8 +431,8 @@ const MaxRows = 100_000
 // ErrNotReadOnly is returned for a statement that is not a query.
 var ErrNotReadOnly = errors.New("only read-only queries (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, SUMMARIZE) are allowed")
 
-// Query runs one read-only statement.
-func (s *Store) Query(ctx context.Context, query string) (*Result, error) {
+// Query runs one read-only statement; args fill its placeholders ($1 or ?).
+func (s *Store) Query(ctx context.Context, query string, args ...any) (*Result, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: %w", err)
@@ -441,7 +441,7 @@ func (s *Store) Query(ctx context.Context, query string) (*Result, error) {
 	if err := conn.Raw(func(dc any) error { return checkReadOnly(ctx, dc, query) }); err != nil {
 		return nil, err
 	}
-	rows, err := conn.QueryContext(ctx, query)
+	rows, err := conn.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query: %w", err)
 	}
