@@ -248,4 +248,10 @@ func TestOpenAPIAndUI(t *testing.T) {
 			t.Errorf("GET %s: %d %.200q", c.path, resp.StatusCode, b)
 		}
 	}
+	// Every endpoint is documented.
+	for _, path := range []string{"status", "vitals/{name}", "query", "overview", "vitals", "samples", "stacks", "flame", "top", "openapi.yaml"} {
+		if !strings.Contains(string(openAPI), "\n  /api/"+path+":\n") {
+			t.Errorf("openapi.yaml does not describe /api/%s", path)
+		}
+	}
 }

@@ -134,10 +134,12 @@ func openError(path string, existed bool, err error) error {
 // reports it only as text, so the lock file itself is probed instead.
 func isLockConflict(err error) bool {
 	var de *duckdb.Error
-	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeIO {
-		return strings.Contains(de.Msg, "lock")
+	if errors.As(err, &de) {
+		return de.Type == duckdb.ErrorTypeIO && strings.Contains(de.Msg, "lock")
 	}
-	return false
+	// Connecting flattens DuckDB's error into the driver's text
+	// (duckdb-go v2.5.0), so there is no *duckdb.Error to look at.
+	return strings.Contains(err.Error(), "IO Error: Could not set lock on file")
 }
 
 func (s *Store) migrate(existed bool) error {
