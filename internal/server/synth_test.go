@@ -11,7 +11,8 @@ import (
 )
 
 // synthetic describes a made-up recording: epochs of every vital with
-// samples spread over a few processes and a pool of stacks, written
+// samples spread over a few processes and a pool of stacks (a label per
+// vital and user stack, so labels recur across epochs as real ones do), written
 // through store.WriteEpoch like the recorder's. Tests that need exact
 // answers (and the benchmark, which needs volume) use it; the browser test
 // uses a real recording.
@@ -68,7 +69,7 @@ func (sy synthetic) write(t testing.TB, st *store.Store) {
 			p := synthProcs[k%len(synthProcs)]
 			u, kn := user[rng.IntN(len(user))], kernel[rng.IntN(len(kernel))]
 			sm := store.Sample{TsNs: start + int64(k)*sy.epoch.Nanoseconds()/int64(sy.samplesPerEpoc), Vital: v,
-				LabelHash: rng.Uint64(), Weight: uint64(1 + rng.IntN(1000)), EstCount: 16, Pid: p.pid, Tid: p.pid,
+				LabelHash: u.ID*31 + uint64(k%len(vitals)), Weight: uint64(1 + rng.IntN(1000)), EstCount: 16, Pid: p.pid, Tid: p.pid,
 				Uid: p.uid, Comm: p.comm, Exe: p.exe, UStackID: u.ID, KStackID: kn.ID, Fields: map[string]any{}}
 			switch v {
 			case "cpu":
