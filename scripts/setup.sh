@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and testing holter needs on a fresh Debian machine:
 # a C compiler for DuckDB's cgo bindings and the workloads the tests run,
-# clang/llvm and libbpf headers to regenerate the BPF objects. Idempotent:
+# clang/llvm and libbpf headers to regenerate the BPF objects, node and npm
+# to build the web UI (ui/) and Chromium to test it in. Idempotent:
 # installs only what is missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need=()
 command -v gcc >/dev/null || need+=(gcc)
@@ -12,6 +14,9 @@ command -v llvm-strip >/dev/null || need+=(llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v git >/dev/null || need+=(git)
 command -v stress-ng >/dev/null || need+=(stress-ng)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
+command -v chromium >/dev/null || need+=(chromium)
 
 if ((${#need[@]})); then
 	echo "setup: installing ${need[*]}" >&2
@@ -22,5 +27,13 @@ if ((${#need[@]})); then
 	fi
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# The UI's build and test tools (esbuild, tsc, playwright-core), pinned by
+# ui/package-lock.json; reinstalled only when the lock file changed.
+stamp=ui/node_modules/.holter-lock
+if ! cmp -s ui/package-lock.json "$stamp" 2>/dev/null; then
+	echo "setup: npm ci in ui/" >&2
+	(cd ui && npm ci --no-audit --no-fund --loglevel=error)
+	cp ui/package-lock.json "$stamp"
 fi
 command -v go >/dev/null || { echo "setup: the Go toolchain (go.mod's version) must be on PATH" >&2; exit 1; }

@@ -69,7 +69,7 @@ func openSource(af agentFlags) (*source, error) {
 		}
 		return nil, err
 	}
-	return &source{q: st, closer: func() { st.Close() }}, nil
+	return &source{q: findings.FromStore(st), closer: func() { st.Close() }}, nil
 }
 
 // unavailable adds the recorder's reasons for vitals it cannot record.

@@ -307,6 +307,18 @@ func TestRecordErrors(t *testing.T) {
 			}},
 		{name: "query without recording", args: []string{"query", "SELECT 1"}, code: 1, want: "no recording in",
 			setup: func(t *testing.T) []string { return []string{"--data", filepath.Join(t.TempDir(), "none")} }},
+		{name: "ui without recording", args: []string{"ui"}, code: 1, want: "no recording in",
+			setup: func(t *testing.T) []string { return []string{"--data", filepath.Join(t.TempDir(), "none")} }},
+		{name: "ui on a public address without a token", args: []string{"ui", "--api", "0.0.0.0:0"}, code: 1, want: "give a token",
+			setup: func(t *testing.T) []string {
+				dir := t.TempDir()
+				st, err := store.Open(dir, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.Close()
+				return []string{"--data", dir}
+			}},
 		{name: "query bad format", args: []string{"query", "--format", "xml", "SELECT 1"}, code: 2, want: "unknown format"},
 	}
 	for _, c := range cases {

@@ -29,6 +29,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"record", "record the vital signs into the store and serve the API", runRecord},
+		{"ui", "serve the web UI over a stored recording, without recording", runUI},
 		{"query", "answer SQL over the store", runQuery},
 		{"status", "say what is recorded, what is unsupported and why", runStatus},
 		{"vitals", "start or stop recording vitals in the running recorder", runVitals},

@@ -62,7 +62,7 @@ func (o *online) afterEpoch(e *store.Epoch) {
 }
 
 func (o *online) filters(ctx context.Context, e *store.Epoch) ([]store.Finding, error) {
-	w, err := findings.Load(ctx, o.st, findings.LoadOptions{Host: e.Host, CPUs: runtime.NumCPU(),
+	w, err := findings.Load(ctx, findings.FromStore(o.st), findings.LoadOptions{Host: e.Host, CPUs: runtime.NumCPU(),
 		From: time.Unix(0, e.StartNs).Add(-onlineHistory * o.epoch), To: time.Unix(0, e.EndNs), ReportFrom: time.Unix(0, e.StartNs)})
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func (o *online) filters(ctx context.Context, e *store.Epoch) ([]store.Finding, 
 		}
 	}
 	found, _ := findings.Evaluate(w, findings.DefaultFilters(nil))
-	if err := findings.Attribute(ctx, o.st, e.Host, found); err != nil {
+	if err := findings.Attribute(ctx, findings.FromStore(o.st), e.Host, found); err != nil {
 		return nil, err
 	}
 	var rows []store.Finding
@@ -86,7 +86,7 @@ func (o *online) filters(ctx context.Context, e *store.Epoch) ([]store.Finding, 
 func (o *online) drift(ctx context.Context, e *store.Epoch) (*findings.Finding, error) {
 	target := findings.Range{StartNs: e.EndNs - int64(onlineTarget*o.epoch), EndNs: e.EndNs}
 	ref := findings.Range{StartNs: target.StartNs - int64(onlineReference*o.epoch), EndNs: target.StartNs}
-	ranked, _, err := findings.CompareRanges(ctx, o.st, e.Host, target, ref, &diagnose.RankOptions{MinSamples: onlineTarget})
+	ranked, _, err := findings.CompareRanges(ctx, findings.FromStore(o.st), e.Host, target, ref, &diagnose.RankOptions{MinSamples: onlineTarget})
 	if err != nil || len(ranked) == 0 || ranked[0].EMD < onlineEMD {
 		return nil, err
 	}

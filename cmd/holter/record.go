@@ -29,7 +29,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
 	schedMin := fs.Duration("sched-min", recorder.DefaultSchedMin, "scheduling delay that counts as an event")
 	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
-	api := fs.String("api", "127.0.0.1:7070", "API address (empty: no API)")
+	api := fs.String("api", "127.0.0.1:7070", "address of the web UI and its API (empty: neither)")
 	token := fs.String("token", "", "API token; required for a non-loopback address")
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
@@ -137,7 +137,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer os.Remove(filepath.Join(*data, agentFile))
-		logf("API on http://%s", srv.Addr())
+		logf("UI and API on http://%s", srv.Addr())
 	}
 	printRecording(stderr, rec.Status(), st.Path())
 

@@ -60,7 +60,7 @@ func TestFindingsOnARealStore(t *testing.T) {
 	defer st.Close()
 	writeEpochs(t, st, 12, 8)
 	ctx := context.Background()
-	w, err := Load(ctx, st, LoadOptions{From: time.Unix(0, 0), To: time.Unix(100, 0), CPUs: 2})
+	w, err := Load(ctx, FromStore(st), LoadOptions{From: time.Unix(0, 0), To: time.Unix(100, 0), CPUs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestFindingsOnARealStore(t *testing.T) {
 		t.Fatalf("unavailable %v", w.Unavailable)
 	}
 	found, skipped := Evaluate(w, DefaultFilters(nil))
-	if err := Attribute(ctx, st, w.Host, found); err != nil {
+	if err := Attribute(ctx, FromStore(st), w.Host, found); err != nil {
 		t.Fatal(err)
 	}
 	rules := map[string]Finding{}
@@ -108,11 +108,11 @@ func TestFindingsOnARealStore(t *testing.T) {
 		t.Errorf("rule 1 not reported unevaluable: %+v", skipped)
 	}
 	// The rollup timescale sees the same store.
-	w5, err := Load(ctx, st, LoadOptions{Timescale: "5m", From: time.Unix(0, 0), To: time.Unix(100, 0)})
+	w5, err := Load(ctx, FromStore(st), LoadOptions{Timescale: "5m", From: time.Unix(0, 0), To: time.Unix(100, 0)})
 	if err != nil || len(w5.Intervals) != 1 || w5.Vitals["blio"].Events[0] != 120+4*640 {
 		t.Fatalf("5m window %+v, %v", w5, err)
 	}
-	if _, err := Load(ctx, st, LoadOptions{From: time.Unix(1000, 0), To: time.Unix(2000, 0)}); err == nil {
+	if _, err := Load(ctx, FromStore(st), LoadOptions{From: time.Unix(1000, 0), To: time.Unix(2000, 0)}); err == nil {
 		t.Fatal("empty range loaded")
 	}
 }
@@ -124,7 +124,7 @@ func TestCompareRangesRanksTheChangedMetricFirst(t *testing.T) {
 	}
 	defer st.Close()
 	writeEpochs(t, st, 16, 8)
-	ranked, skipped, err := CompareRanges(context.Background(), st, "h", Range{8e9, 16e9}, Range{0, 8e9}, &diagnose.RankOptions{MinSamples: 5})
+	ranked, skipped, err := CompareRanges(context.Background(), FromStore(st), "h", Range{8e9, 16e9}, Range{0, 8e9}, &diagnose.RankOptions{MinSamples: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

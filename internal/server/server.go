@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,11 +18,13 @@ import (
 
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/ui"
 )
 
-// Querier answers read-only SQL; *store.Store is one.
+// Querier answers read-only SQL, args filling its placeholders;
+// *store.Store is one.
 type Querier interface {
-	Query(ctx context.Context, sql string) (*store.Result, error)
+	Query(ctx context.Context, sql string, args ...any) (*store.Result, error)
 }
 
 // Options configures a Server.
@@ -116,8 +119,28 @@ func Listen(opts Options) (*Server, error) {
 		query(w, r, string(body))
 	})
 	registerRuns(mux, opts)
+	a := &api{store: opts.Store}
+	mux.HandleFunc("GET /api/overview", handle(a.overview(opts.Status != nil)))
+	mux.HandleFunc("GET /api/vitals", handle(a.vitals))
+	mux.HandleFunc("GET /api/samples", handle(a.samples))
+	mux.HandleFunc("GET /api/stacks", handle(a.stacks))
+	mux.HandleFunc("GET /api/flame", handle(a.flame))
+	mux.HandleFunc("GET /api/top", handle(a.top))
+	mux.HandleFunc("GET /api/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(openAPI)
+	})
+	mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s (see /api/openapi.yaml)", r.URL.Path))
+	})
+	mux.Handle("GET /", http.FileServerFS(ui.FS()))
 	return s, nil
 }
+
+// openAPI describes every endpoint; the UI uses nothing else.
+//
+//go:embed openapi.yaml
+var openAPI []byte
 
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
@@ -141,14 +164,31 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// tokenCookie carries the token for a browser, which cannot add an
+// Authorization header to the page it opens: opening /?token=TOKEN once
+// sets it.
+const tokenCookie = "holter_token"
+
 func withToken(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}
-	want := []byte("Bearer " + token)
+	want := []byte(token)
+	matches := func(got string) bool { return subtle.ConstantTimeCompare([]byte(got), want) == 1 }
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeError(w, http.StatusUnauthorized, "missing or wrong token (Authorization: Bearer TOKEN)")
+		if given := r.URL.Query().Get("token"); given != "" && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") {
+			if !matches(given) {
+				writeError(w, http.StatusUnauthorized, "wrong token")
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.Redirect(w, r, r.URL.Path, http.StatusSeeOther)
+			return
+		}
+		bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		cookie, _ := r.Cookie(tokenCookie)
+		if !matches(bearer) && (cookie == nil || !matches(cookie.Value)) {
+			writeError(w, http.StatusUnauthorized, "missing or wrong token (Authorization: Bearer TOKEN, or open the UI once at /?token=TOKEN)")
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -134,10 +134,12 @@ func openError(path string, existed bool, err error) error {
 // reports it only as text, so the lock file itself is probed instead.
 func isLockConflict(err error) bool {
 	var de *duckdb.Error
-	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeIO {
-		return strings.Contains(de.Msg, "lock")
+	if errors.As(err, &de) {
+		return de.Type == duckdb.ErrorTypeIO && strings.Contains(de.Msg, "lock")
 	}
-	return false
+	// Connecting flattens DuckDB's error into the driver's text
+	// (duckdb-go v2.5.0), so there is no *duckdb.Error to look at.
+	return strings.Contains(err.Error(), "IO Error: Could not set lock on file")
 }
 
 func (s *Store) migrate(existed bool) error {
@@ -431,8 +433,8 @@ const MaxRows = 100_000
 // ErrNotReadOnly is returned for a statement that is not a query.
 var ErrNotReadOnly = errors.New("only read-only queries (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, SUMMARIZE) are allowed")
 
-// Query runs one read-only statement.
-func (s *Store) Query(ctx context.Context, query string) (*Result, error) {
+// Query runs one read-only statement; args fill its placeholders ($1 or ?).
+func (s *Store) Query(ctx context.Context, query string, args ...any) (*Result, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: %w", err)
@@ -441,7 +443,7 @@ func (s *Store) Query(ctx context.Context, query string) (*Result, error) {
 	if err := conn.Raw(func(dc any) error { return checkReadOnly(ctx, dc, query) }); err != nil {
 		return nil, err
 	}
-	rows, err := conn.QueryContext(ctx, query)
+	rows, err := conn.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query: %w", err)
 	}

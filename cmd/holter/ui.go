@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/holter-dev/holter/internal/server"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// runUI serves the web UI over a stored recording, without recording.
+func runUI(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("ui", stderr)
+	data := fs.String("data", defaultDataDir, "data directory holding the store")
+	api := fs.String("api", "127.0.0.1:7070", "address to serve the UI and its API on")
+	token := fs.String("token", "", "API token; required for a non-loopback address")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	st, err := store.Open(*data, &store.Options{ReadOnly: true})
+	if err != nil {
+		if errors.Is(err, store.ErrLocked) {
+			// DuckDB lets one process at a time hold the file: the recorder
+			// serves the same UI itself.
+			if info, ok := readAgentInfo(*data); ok && info.API != "" {
+				return fmt.Errorf("a recorder (pid %d) is recording into %s and holds its store; its UI is at http://%s", info.Pid, *data, info.API)
+			}
+			return fmt.Errorf("another process holds the store in %s (a recorder started with --api \"\"?); stop it, or open the UI of a recorder started with --api: %w", *data, err)
+		}
+		return err
+	}
+	defer st.Close()
+	srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Shutdown(context.Background())
+	}()
+	fmt.Fprintf(stdout, "holter UI for %s on http://%s\n", st.Path(), srv.Addr())
+	return srv.Serve()
+}

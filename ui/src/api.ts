@@ -1,0 +1,46 @@
+// Types and calls of holter's JSON API (internal/server/openapi.yaml).
+// Times are UTC nanoseconds; in the browser they are doubles, exact to a
+// few hundred nanoseconds, which the API tolerates (an epoch is picked by
+// its middle). Stack ids are strings: 64-bit hashes.
+
+export interface VitalInfo { name: string; unit: string; recorded: boolean }
+export interface TimescaleDef { name: string; width_ns: number }
+export interface Overview {
+  hosts: string[]; host: string; first_ns: number; last_ns: number; epochs: number;
+  last_epoch: number; epoch_ns: number; live: boolean; vitals: VitalInfo[]; timescales: TimescaleDef[];
+}
+export interface Series {
+  vital: string; unit: string; t: number[]; weight: number[]; events: number[];
+  samples: number[]; lost: number[]; seconds: number[];
+}
+export interface VitalsAnswer { host: string; from: number; to: number; timescale: string; bucket_ns: number; series: Series[] }
+export interface Sample {
+  epoch: number; ts_ns: number; vital: string; label_hash: string; weight: number; est_count: number;
+  pid: number; tid: number; uid: number; comm: string; exe: string;
+  kstack_id: string | null; ustack_id: string | null; fields: Record<string, unknown>;
+}
+export interface SamplesAnswer { total: number; offset: number; samples: Sample[] }
+export interface Stack { id: string; kind: string; frames: string[]; modules: string[] }
+export interface FlameStack { frames: string[]; weight: number; base_weight: number }
+export interface FlameAnswer { vital: string; unit: string; total: number; base_total: number; truncated: boolean; stacks: FlameStack[] }
+export interface TopRow { key: string; comm: string; weight: number; samples: number; est_count: number }
+export interface TopAnswer { vital: string; unit: string; by: string; total_weight: number; rows: TopRow[] }
+
+export type Params = Record<string, string | number | undefined | null>;
+
+/** The process filters of the drill-down; empty ones are left out. */
+export interface Filter { pid?: string; comm?: string; uid?: string; exe?: string; func?: string }
+
+export class APIError extends Error {}
+
+export async function get<T>(path: string, params: Params = {}): Promise<T> {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== '') q.set(k, typeof v === 'number' ? Math.round(v).toString() : v);
+  }
+  const url = path + (q.size ? '?' + q.toString() : '');
+  const resp = await fetch(url, { headers: { Accept: 'application/json' } });
+  const body = await resp.json().catch(() => null);
+  if (!resp.ok) throw new APIError(body?.error ?? `${resp.status} ${resp.statusText}`);
+  return body as T;
+}
