@@ -536,8 +536,20 @@ func (p *Plan) planAggregate() error {
 		}
 	}
 	// Layout: key = group keys then buckets; value = count, then states.
+	bucketOf := map[string]int{}
 	for _, a := range p.Aggs {
 		if a.bucketed() {
+			// Aggregates bucketing the same value the same way share a key.
+			kind := a.Kind
+			if kind == AggLHist {
+				kind = AggKind(1000 + len(p.Keys)) // each linear layout is its own
+			}
+			id := fmt.Sprintf("%d/%s", kind, exprKey(a.Arg))
+			if i, ok := bucketOf[id]; ok {
+				a.BucketKey = i
+				continue
+			}
+			bucketOf[id] = len(p.Keys)
 			a.BucketKey = len(p.Keys)
 			p.Keys = append(p.Keys, &Key{Expr: a.Arg, Type: TInt, Size: 8, Col: fmt.Sprintf("b%d", len(p.Keys)), Bucket: a})
 		}
