@@ -12,6 +12,7 @@ command -v llvm-strip >/dev/null || need+=(llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v git >/dev/null || need+=(git)
 command -v stress-ng >/dev/null || need+=(stress-ng)
+command -v bpftrace >/dev/null || need+=(bpftrace) # reference for holter trace's agreement tests and benchmarks
 
 if ((${#need[@]})); then
 	echo "setup: installing ${need[*]}" >&2

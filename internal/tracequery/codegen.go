@@ -280,12 +280,19 @@ func (g *gen) begin() {
 	g.count(CounterStashFull)
 }
 
+// threadBuiltins are the builtins that do not change between a thread's
+// call and its return.
+var threadBuiltins = map[string]bool{"pid": true, "tid": true, "uid": true, "comm": true, "cgroup": true}
+
 func (g *gen) filterOnBeginOnly() bool {
 	ok := true
 	walk(g.p.Filter, func(n Node) bool {
 		if id, isID := n.(*Ident); isID {
 			f, own := ownField(g.p.Source, id.Name)
-			if !own || f.Side != SideBegin || f.Loc == LocLatency {
+			switch {
+			case !own && g.p.Source.Begin.PairByTid && threadBuiltins[id.Name]:
+				// Same thread at begin and end: these are the same there.
+			case !own || f.Side != SideBegin || f.Loc == LocLatency:
 				ok = false
 			}
 		}
@@ -333,7 +340,11 @@ func (g *gen) end() {
 	}
 	g.emit(asm.Ja.Label(g.exitLabel()))
 	g.mark(noBegin)
-	g.count(CounterUnmatched)
+	if p.Filter == nil || !g.filterOnBeginOnly() {
+		// With the filter at the begin, ends of filtered-out events miss
+		// by design; otherwise a miss is an end whose begin was not seen.
+		g.count(CounterUnmatched)
+	}
 }
 
 func (g *gen) filterAndAct() {

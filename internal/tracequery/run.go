@@ -412,6 +412,16 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 		}
 		rows = append(rows, row)
 	}
+	if len(rows) == 0 && groupLen == 0 {
+		// No GROUP BY: one row, as SQL gives for an empty input.
+		row := []any{}
+		for _, a := range p.Aggs {
+			row = append(row, s.finish(a, &group{sums: make([]int64, len(p.Aggs)), mins: make([]int64, len(p.Aggs)),
+				has: make([]bool, len(p.Aggs)), hist: make([]map[int64]uint64, len(p.Aggs)), bits: make([][]uint64, len(p.Aggs)),
+				samp: make([][]int64, len(p.Aggs))}, 0, 0))
+		}
+		rows = append(rows, row)
+	}
 	var cols []string
 	var types []string
 	for _, k := range p.Keys {
