@@ -98,7 +98,11 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		}
 		defer st.Close()
 	}
-	err = tracequery.Run(ctx, plan, tracequery.RunOptions{Interval: *interval, Duration: *dur}, func(iv *tracequery.Interval) error {
+	ro := tracequery.RunOptions{Interval: *interval, Duration: *dur}
+	if *verbose {
+		ro.Attached = func() { fmt.Fprintln(stderr, "holter trace: probes attached") }
+	}
+	err = tracequery.Run(ctx, plan, ro, func(iv *tracequery.Interval) error {
 		if st != nil {
 			if err := st.SaveTrace(context.WithoutCancel(ctx), *save, iv.Start, iv.End, iv.Result); err != nil {
 				return err

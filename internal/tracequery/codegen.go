@@ -94,7 +94,7 @@ func (g *gen) alloc(n int) int16 {
 
 func (g *gen) zero(off int16, size int) {
 	for i := 0; i < size; i += 8 {
-		g.emit(storeZero(off+int16(i)))
+		g.emit(storeZero(off + int16(i)))
 	}
 }
 
