@@ -17,6 +17,7 @@ command -v stress-ng >/dev/null || need+=(stress-ng)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v chromium >/dev/null || need+=(chromium)
+command -v bpftrace >/dev/null || need+=(bpftrace) # reference for holter trace's agreement tests and benchmarks
 
 if ((${#need[@]})); then
 	echo "setup: installing ${need[*]}" >&2

@@ -31,6 +31,7 @@ func commands() []command {
 		{"record", "record the vital signs into the store and serve the API", runRecord},
 		{"ui", "serve the web UI over a stored recording, without recording", runUI},
 		{"query", "answer SQL over the store", runQuery},
+		{"trace", "run a live tracing query compiled into eBPF probes", runTrace},
 		{"status", "say what is recorded, what is unsupported and why", runStatus},
 		{"vitals", "start or stop recording vitals in the running recorder", runVitals},
 		{"findings", "list what the filters and rules found in a time range", runFindings},

@@ -119,6 +119,7 @@ func Listen(opts Options) (*Server, error) {
 		query(w, r, string(body))
 	})
 	registerRuns(mux, opts)
+	registerTrace(mux, opts)
 	a := &api{store: opts.Store}
 	mux.HandleFunc("GET /api/overview", handle(a.overview(opts.Status != nil)))
 	mux.HandleFunc("GET /api/vitals", handle(a.vitals))

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/tracequery"
+)
+
+// TraceRequest is the body of POST /api/trace.
+type TraceRequest struct {
+	Query      string `json:"query"`
+	Interval   string `json:"interval,omitempty"` // Go duration; default 1s
+	For        string `json:"for,omitempty"`      // Go duration; default: until the client leaves
+	Save       string `json:"save,omitempty"`
+	UnsafeRead bool   `json:"unsafe_read,omitempty"`
+	MapSize    int    `json:"map_size,omitempty"`
+	Explain    bool   `json:"explain,omitempty"`
+}
+
+// TraceLine is one NDJSON line of the answer: an interval, an explanation,
+// or an error.
+type TraceLine struct {
+	Start    *time.Time        `json:"start,omitempty"`
+	End      *time.Time        `json:"end,omitempty"`
+	Result   *store.Result     `json:"result,omitempty"`
+	Counters map[string]uint64 `json:"counters,omitempty"`
+	Explain  string            `json:"explain,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+// traceSaver is a store that keeps live query results.
+type traceSaver interface {
+	SaveTrace(ctx context.Context, name string, start, end time.Time, res *store.Result) error
+}
+
+// registerTrace adds POST /api/trace: the agent runs a live query and
+// streams each interval as a line of NDJSON until For passes or the
+// client goes away.
+func registerTrace(mux *http.ServeMux, opts Options) {
+	mux.HandleFunc("POST /api/trace", func(w http.ResponseWriter, r *http.Request) {
+		var req TraceRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, MaxQueryBytes)).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "read trace request: "+err.Error())
+			return
+		}
+		text, ok := tracequery.Resolve(req.Query)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "no ready query "+req.Query)
+			return
+		}
+		var ro tracequery.RunOptions
+		for _, d := range []struct {
+			s   string
+			dst *time.Duration
+		}{{req.Interval, &ro.Interval}, {req.For, &ro.Duration}} {
+			if d.s == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.s)
+			if err != nil || v < 0 {
+				writeError(w, http.StatusBadRequest, "bad duration "+d.s)
+				return
+			}
+			*d.dst = v
+		}
+		plan, err := tracequery.Compile(text, nil, &tracequery.Options{UnsafeRead: req.UnsafeRead, MapSize: req.MapSize})
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		var saver traceSaver
+		if req.Save != "" {
+			if saver, ok = opts.Store.(traceSaver); !ok {
+				writeError(w, http.StatusBadRequest, "this server's store cannot save results")
+				return
+			}
+			if _, err := store.TraceTable(req.Save); err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		flush := func() {
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+		}
+		if req.Explain || plan.Query.Explain {
+			ex, err := plan.Explain(false)
+			line := TraceLine{Explain: ex}
+			if err != nil {
+				line = TraceLine{Error: err.Error()}
+			}
+			enc.Encode(line)
+			return
+		}
+		err = tracequery.Run(r.Context(), plan, ro, func(iv *tracequery.Interval) error {
+			iv.Result.Sanitize()
+			if saver != nil {
+				if err := saver.SaveTrace(context.WithoutCancel(r.Context()), req.Save, iv.Start, iv.End, iv.Result); err != nil {
+					return err
+				}
+			}
+			if err := enc.Encode(TraceLine{Start: &iv.Start, End: &iv.End, Result: iv.Result, Counters: iv.Counters}); err != nil {
+				return err
+			}
+			flush()
+			return nil
+		})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			enc.Encode(TraceLine{Error: err.Error()})
+		}
+	})
+}

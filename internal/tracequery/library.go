@@ -1,0 +1,114 @@
+package tracequery
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Ready is a named query of the library (holter trace @NAME), like
+// SystemTap's tapsets and bpftrace's tools.
+type Ready struct {
+	Name, Desc, Query string
+}
+
+// Library is the ready queries, by name.
+var Library = []Ready{
+	{"syscalls-by-process", "system calls per process",
+		"SELECT comm, pid, count() AS syscalls FROM syscall.any GROUP BY comm, pid ORDER BY syscalls DESC LIMIT 20"},
+	{"runqlat", "run-queue latency histogram (wakeup to running), ns",
+		"SELECT hist(latency) AS runq_latency_ns, p50(latency) AS p50_ns, p99(latency) AS p99_ns FROM sched.runq_latency"},
+	{"biolatency", "block I/O latency histogram (issue to completion), ns",
+		"SELECT hist(latency) AS io_latency_ns, count() AS ios, sum(bytes) AS bytes FROM block.io_latency"},
+	{"files-opened", "files opened, by process and path",
+		"SELECT comm, str(filename) AS file, count() AS opens, sum(ret < 0) AS failed FROM syscall.openat GROUP BY comm, file ORDER BY opens DESC LIMIT 30"},
+	{"tcp-connects", "outgoing TCP connections (SYN sent), by process and destination port",
+		"SELECT comm, pid, dport, count() AS connects FROM tracepoint.sock.inet_sock_set_state WHERE newstate = 2 AND protocol = 6 GROUP BY comm, pid, dport ORDER BY connects DESC LIMIT 20"},
+	{"page-faults", "user page faults by process",
+		"SELECT comm, pid, count() AS faults FROM tracepoint.exceptions.page_fault_user GROUP BY comm, pid ORDER BY faults DESC LIMIT 20"},
+	{"lock-contention", "kernel lock contention by site (slow paths), ns waited",
+		"SELECT kstack AS site, count() AS contentions, sum(latency) AS wait_ns, max(latency) AS max_wait_ns FROM lock.contention GROUP BY site ORDER BY wait_ns DESC LIMIT 10"},
+	{"oncpu-profile", "on-CPU profile at 99 Hz: hottest stacks",
+		"SELECT comm, ustack, kstack, count() AS samples FROM profile.hz_99 GROUP BY comm, ustack, kstack ORDER BY samples DESC LIMIT 20"},
+	{"read-sizes", "read(2) sizes returned, by process",
+		"SELECT comm, hist(ret) AS bytes FROM syscall.read WHERE ret >= 0 GROUP BY comm"},
+}
+
+// Resolve returns a query's text: itself, or the library's for "@NAME".
+func Resolve(q string) (string, bool) {
+	q = strings.TrimSpace(q)
+	name, ok := strings.CutPrefix(q, "@")
+	if !ok {
+		return q, true
+	}
+	for _, r := range Library {
+		if r.Name == name {
+			return r.Query, true
+		}
+	}
+	return "", false
+}
+
+// LibraryNames lists the ready queries' names, sorted.
+func LibraryNames() []string {
+	var n []string
+	for _, r := range Library {
+		n = append(n, "@"+r.Name)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// RunOptions says how long and how often.
+type RunOptions struct {
+	Interval time.Duration // default 1s
+	Duration time.Duration // 0: until ctx ends
+	// Attached, if set, is called once the probes are attached.
+	Attached func()
+}
+
+// Run starts the plan's probes, flushes every interval and calls each with
+// the interval's answer, until ctx ends or Duration has passed; the last,
+// partial interval is flushed too.
+func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error) error {
+	if ro.Interval <= 0 {
+		ro.Interval = time.Second
+	}
+	s, err := Start(p)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if ro.Attached != nil {
+		ro.Attached()
+	}
+	tick := time.NewTicker(ro.Interval)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	if ro.Duration > 0 {
+		t := time.NewTimer(ro.Duration)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		select {
+		case <-tick.C:
+			iv, err := s.Flush(context.WithoutCancel(ctx))
+			if err != nil {
+				return err
+			}
+			if err := each(iv); err != nil {
+				return err
+			}
+			continue
+		case <-deadline:
+		case <-ctx.Done():
+		}
+		iv, err := s.Flush(context.WithoutCancel(ctx))
+		if err != nil {
+			return err
+		}
+		return each(iv)
+	}
+}
