@@ -135,7 +135,7 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 			b.shift[v] = r.cfg.Shift // a retried vital starts afresh
 			before := threadCPUTime()
 			err := r.attachLocked(v)
-			r.fixedNs += threadCPUTime() - before
+			r.fixedNs.Add(threadCPUTime() - before)
 			if err == nil {
 				b.probation[v] = time.Now()
 				b.lastRun[v] = 0

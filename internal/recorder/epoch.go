@@ -138,8 +138,7 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 			samples[v], events[v] = sv.Samples, sv.Events
 		}
 	}
-	variableNs := max(res.MonitorUserNs-r.fixedNs, 0)
-	r.fixedNs = 0
+	variableNs := max(res.MonitorUserNs-r.fixedNs.Swap(0), 0)
 	for _, change := range r.adapt(ep.number, end.Sub(ep.start), variableNs, samples, events) {
 		r.cfg.Logf("budget: %s", change)
 	}

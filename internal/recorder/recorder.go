@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -160,9 +161,10 @@ type Recorder struct {
 	seeds [2]uint64
 	// budget is the adaptive threshold state (budget.go).
 	budget budgetState
-	// fixedNs is CPU time of the epoch loop's thread since the last epoch
-	// boundary spent on work that thresholds cannot reduce.
-	fixedNs int64
+	// fixedNs is CPU time since the last epoch boundary spent on work that
+	// thresholds cannot reduce: committing, attaching programs. The
+	// committer adds to it from its own thread.
+	fixedNs atomic.Int64
 	// retiredRun is the run time of programs since detached, so the
 	// monitor's measured BPF time never goes backwards.
 	retiredRun time.Duration
@@ -444,8 +446,8 @@ func (r *Recorder) Close() error {
 // error from sink stops the recorder.
 func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error {
 	// The epoch loop stays on one thread so that the CPU time of work that
-	// does not scale with events — committing, attaching programs — can be
-	// measured apart (threadCPUTime) and left out of the budget's decisions.
+	// does not scale with events — attaching programs — can be measured
+	// apart (threadCPUTime) and left out of the budget's decisions.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	done := make(chan struct{})
@@ -460,9 +462,13 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 	if err := r.advance(0); err != nil { // now with the attached vitals enabled
 		return err
 	}
+	// Epochs are committed by a goroutine of their own, so the ring buffer
+	// is drained while the store writes: a slow commit delays the store,
+	// not the reading, and loses nothing. The queue is short; when the
+	// store falls that far behind, reading waits for it.
+	c := r.startCommitter(sink)
 	ep := r.newEpoch(0, r.cfg.FirstEpoch, time.Now())
 	var rec ringbuf.Record
-	failures := 0
 	for {
 		boundary := ep.start.Add(r.cfg.Epoch)
 		deadline := time.Now().Add(pollInterval)
@@ -479,43 +485,87 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
 				break
 			}
-			return fmt.Errorf("read samples: %w", err)
+			return errors.Join(fmt.Errorf("read samples: %w", err), c.stop())
 		}
 		r.probe(ep.number)
+		if err := c.failed(); err != nil {
+			return errors.Join(err, c.stop())
+		}
 		stopping := ctx.Err() != nil
 		if !stopping && time.Now().Before(boundary) {
 			continue
 		}
 		next, err := r.closeEpoch(ep)
 		if err != nil {
-			return err
+			return errors.Join(err, c.stop())
 		}
-		before := threadCPUTime()
-		err = sink(ep.result)
-		r.fixedNs += threadCPUTime() - before
-		if err != nil {
+		r.mu.Lock()
+		r.status.CurrentEpoch = next.number
+		r.mu.Unlock()
+		c.queue <- ep.result
+		if stopping {
+			return c.stop()
+		}
+		ep = next
+	}
+}
+
+// committer hands closed epochs to the sink on a thread of its own.
+type committer struct {
+	queue    chan *store.Epoch
+	finished chan struct{}
+	mu       sync.Mutex
+	err      error // set when the sink failed maxSinkFailures times in a row
+}
+
+func (r *Recorder) startCommitter(sink func(*store.Epoch) error) *committer {
+	c := &committer{queue: make(chan *store.Epoch, 2), finished: make(chan struct{})}
+	go func() {
+		defer close(c.finished)
+		runtime.LockOSThread() // threadCPUTime measures this thread
+		defer runtime.UnlockOSThread()
+		failures := 0
+		for e := range c.queue {
+			if failures >= maxSinkFailures {
+				continue // stopping: Run returns the error
+			}
+			before := threadCPUTime()
+			err := sink(e)
+			r.fixedNs.Add(threadCPUTime() - before)
+			if err == nil {
+				failures = 0
+				r.mu.Lock()
+				r.status.LastCommitted = e.Epoch
+				r.mu.Unlock()
+				continue
+			}
 			// An always-on recorder outlives a full disk: the epoch is
 			// skipped, counted, and recording goes on. A sink that keeps
 			// failing stops it.
 			failures++
-			r.cfg.Logf("epoch %d not committed: %v", ep.number, err)
+			r.cfg.Logf("epoch %d not committed: %v", e.Epoch, err)
 			r.mu.Lock()
 			r.status.SkippedEpochs++
-			r.status.CurrentEpoch = next.number
 			r.mu.Unlock()
 			if failures >= maxSinkFailures {
-				return fmt.Errorf("%d epochs in a row could not be committed, last: %w", failures, err)
+				c.mu.Lock()
+				c.err = fmt.Errorf("%d epochs in a row could not be committed, last: %w", failures, err)
+				c.mu.Unlock()
 			}
-		} else {
-			failures = 0
-			r.mu.Lock()
-			r.status.LastCommitted = ep.result.Epoch
-			r.status.CurrentEpoch = next.number
-			r.mu.Unlock()
 		}
-		if stopping {
-			return nil
-		}
-		ep = next
-	}
+	}()
+	return c
+}
+
+func (c *committer) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// stop commits what is queued and waits for it.
+func (c *committer) stop() error {
+	close(c.queue)
+	<-c.finished
+	return c.failed()
 }
