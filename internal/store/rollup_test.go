@@ -11,16 +11,26 @@ import (
 // with random totals and samples and checks every rollup bucket against
 // sums computed from the raw tables.
 func TestRollupsEqualTheirEpochs(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { s.Close() }()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 7))
+	reopened := false
 	const minute = int64(60e9)
 	start := int64(1_700_000_000) * 1e9     // not aligned to any bucket
 	for n := int64(1); n <= 36*60; n += 7 { // every 7th minute: 309 epochs over 36 hours
+		if n > 18*60 && !reopened {
+			// a restart in the middle of buckets: they are read back
+			reopened = true
+			s.Close()
+			if s, err = Open(dir, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		e := &Epoch{Host: "h", Epoch: n, StartNs: start + n*minute, EndNs: start + (n+1)*minute}
 		for _, v := range []string{"cpu", "blck"} {
 			e.Vitals = append(e.Vitals, Vital{Name: v, Events: uint64(rng.IntN(1000)), WeightSum: uint64(rng.IntN(1e6)),

@@ -35,6 +35,8 @@ type Store struct {
 	mu          sync.Mutex
 	knownStacks map[uint64]struct{}
 	knownExes   map[string]struct{}
+	// open holds the buckets being filled, one per timescale (rollup.go).
+	open []*openBucket
 }
 
 // Open opens (creating if needed and not read-only) the store in dir.
@@ -312,12 +314,14 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 	}
 	newStacks, newExes, err := s.writeEpoch(ctx, conn, e)
 	if err != nil {
+		s.open = nil // the open buckets may hold the failed epoch: read them back
 		if _, rbErr := conn.ExecContext(context.Background(), "ROLLBACK"); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
 		}
 		return err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		s.open = nil
 		return fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
 	}
 	for _, id := range newStacks {
@@ -393,7 +397,7 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 	if err != nil {
 		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
-	if err := updateRollups(ctx, conn, e.Host, e.StartNs); err != nil {
+	if err := s.updateRollups(ctx, conn, e); err != nil {
 		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
 	return newStacks, newExes, nil
