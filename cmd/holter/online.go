@@ -23,8 +23,12 @@ import (
 //     metric's EMD reaches onlineEMD, a "reference-drift" finding is stored
 //     with the top metrics.
 //
+// With short epochs the analysis runs at most every onlineEvery, over the
+// epochs committed since it last ran: its cost is the recorder's own.
+//
 // Failures are logged: analysis never stops the recording.
 const (
+	onlineEvery     = 10 * time.Second
 	onlineHistory   = 30
 	onlineTarget    = 10
 	onlineReference = 30
@@ -37,6 +41,11 @@ type online struct {
 	status func() recorder.Status
 	logf   func(string, ...any)
 	n      int
+	// last is when the analysis last ran; pendingNs is the start of the
+	// first epoch it has not seen (0: none).
+	last      time.Time
+	pendingNs int64
+	lastDrift int
 }
 
 func newOnline(st *store.Store, epoch time.Duration, status func() recorder.Status, logf func(string, ...any)) *online {
@@ -46,8 +55,18 @@ func newOnline(st *store.Store, epoch time.Duration, status func() recorder.Stat
 func (o *online) afterEpoch(e *store.Epoch) {
 	ctx := context.Background()
 	o.n++
-	rows, err := o.filters(ctx, e)
-	if err == nil && o.n%onlineTarget == 0 && o.n >= onlineTarget+onlineReference/2 {
+	if o.pendingNs == 0 {
+		o.pendingNs = e.StartNs
+	}
+	if time.Since(o.last) < onlineEvery {
+		return
+	}
+	o.last = time.Now()
+	from := o.pendingNs
+	o.pendingNs = 0
+	rows, err := o.filters(ctx, e, from)
+	if err == nil && o.n-o.lastDrift >= onlineTarget && o.n >= onlineTarget+onlineReference/2 {
+		o.lastDrift = o.n
 		var drift *findings.Finding
 		if drift, err = o.drift(ctx, e); drift != nil {
 			rows = append(rows, drift.Row(e.Host))
@@ -61,9 +80,11 @@ func (o *online) afterEpoch(e *store.Epoch) {
 	}
 }
 
-func (o *online) filters(ctx context.Context, e *store.Epoch) ([]store.Finding, error) {
+// filters evaluates the filters over the history before fromNs and reports
+// what they find from fromNs to the end of e.
+func (o *online) filters(ctx context.Context, e *store.Epoch, fromNs int64) ([]store.Finding, error) {
 	w, err := findings.Load(ctx, findings.FromStore(o.st), findings.LoadOptions{Host: e.Host, CPUs: runtime.NumCPU(),
-		From: time.Unix(0, e.StartNs).Add(-onlineHistory * o.epoch), To: time.Unix(0, e.EndNs), ReportFrom: time.Unix(0, e.StartNs)})
+		From: time.Unix(0, fromNs).Add(-onlineHistory * o.epoch), To: time.Unix(0, e.EndNs), ReportFrom: time.Unix(0, fromNs)})
 	if err != nil {
 		return nil, err
 	}

@@ -148,7 +148,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		if err := st.WriteEpoch(context.Background(), e); err != nil {
 			return err
 		}
+		wrote := time.Since(began)
 		online.afterEpoch(e)
+		analysed := time.Since(began) - wrote
 		if time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
 			rep, err := st.Prune(context.Background(), retention, lastPrune)
@@ -166,7 +168,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			}
 			parts = append(parts, part)
 		}
-		logf("epoch %d committed in %v: samples/events %s", e.Epoch, time.Since(began).Round(time.Millisecond), strings.Join(parts, ", "))
+		logf("epoch %d committed in %v, analysed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond),
+			analysed.Round(time.Millisecond), strings.Join(parts, ", "))
 		return nil
 	})
 }
