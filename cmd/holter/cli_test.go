@@ -292,6 +292,7 @@ func TestRecordErrors(t *testing.T) {
 		{name: "bad threshold", args: []string{"record", "--threshold", "3"}, code: 2, want: "not a power of 2"},
 		{name: "short epoch", args: []string{"record", "--epoch", "100ms"}, code: 2, want: "shorter than the minimum"},
 		{name: "bad retention", args: []string{"record", "--retain-raw", "a week"}, code: 2, want: "--retain-raw"},
+		{name: "bad size limit", args: []string{"record", "--retain-size", "lots"}, code: 2, want: `--retain-size: "lots" is not a size`},
 		{name: "unknown command", args: []string{"recrod"}, code: 2, want: `unknown command "recrod"`},
 		{name: "not root", args: []string{"record"}, asNobody: true, code: 1, want: "CAP_BPF"},
 		{name: "corrupt store", args: []string{"record", "--api", ""}, code: 1, want: "left untouched",
@@ -371,5 +372,18 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "500MB": 500 << 20, "10GiB": 10 << 30, "2G": 2 << 30, "4096": 4096, "1 TB": 1 << 40} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"lots", "-1GB", "5XB", "GB", "99999999999TB"} {
+		if _, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) accepted", in)
+		}
 	}
 }

@@ -34,6 +34,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
+	retainSize := fs.String("retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +75,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	if retention.RollupAge, err = parseAge(*retainRollups); err != nil {
 		return usagef("--retain-rollups: %v", err)
+	}
+	if retention.MaxBytes, err = parseBytes(*retainSize); err != nil {
+		return usagef("--retain-size: %v", err)
 	}
 	if *epoch < recorder.MinEpoch {
 		return usagef("epoch %v is shorter than the minimum %v", *epoch, recorder.MinEpoch)
@@ -201,6 +205,22 @@ func parseBudget(s string) (float64, error) {
 		return 0, fmt.Errorf("%q is not a percentage like 1%% (or off)", s)
 	}
 	return v / 100, nil
+}
+
+// parseBytes reads a size such as 500MB, 10GiB or 2G (powers of 1024).
+func parseBytes(s string) (int64, error) {
+	if s == "0" || s == "" {
+		return 0, nil
+	}
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
+	unit = strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "I")
+	shift, ok := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[unit]
+	var n int64
+	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || !ok || n <= 0 || n > 1<<(62-shift) {
+		return 0, fmt.Errorf("%q is not a size like 500MB or 10GiB", s)
+	}
+	return n << shift, nil
 }
 
 // parseAge reads a duration that may also be given in days ("7d").

@@ -71,3 +71,57 @@ func TestPruneByAgeKeepsRollups(t *testing.T) {
 		t.Error("no unreferenced stack was pruned")
 	}
 }
+
+// TestPruneToSize fills a store past a size limit: the oldest raw epochs
+// go, the newest stay, the data fits the limit afterwards and the rollups
+// of the pruned epochs are kept.
+func TestPruneToSize(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	writeDays(t, s, start, 240, time.Minute, 2000) // 480 000 samples: several of DuckDB's row groups
+	if _, err := s.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
+		t.Fatal(err)
+	}
+	full, err := s.UsedBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollupsBefore := count(t, s, `SELECT count(*) FROM rollups`)
+	limit := full / 2
+	rep, err := s.Prune(ctx, Retention{MaxBytes: limit}, start.Add(241*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d bytes used, limit %d: pruned %d epochs, %d stacks; %d bytes used after", full, limit, rep.Epochs, rep.Stacks, rep.UsedBytes)
+	if rep.Epochs == 0 || rep.Epochs == 240 || rep.UsedBytes > limit {
+		t.Fatalf("prune to %d bytes: %+v", limit, rep)
+	}
+	if oldest := count(t, s, `SELECT min(epoch) FROM epochs`); oldest != rep.Epochs+1 {
+		t.Errorf("oldest epoch kept is %d, want %d: the oldest go first", oldest, rep.Epochs+1)
+	}
+	if n := count(t, s, `SELECT max(epoch) FROM epochs`); n != 240 {
+		t.Errorf("newest epoch %d was pruned", n)
+	}
+	if n := count(t, s, `SELECT count(*) FROM rollups`); n != rollupsBefore {
+		t.Errorf("rollups %d → %d: size pruning took rollups while raw epochs were left", rollupsBefore, n)
+	}
+	// Under the limit, nothing goes.
+	rep, err = s.Prune(ctx, Retention{MaxBytes: limit}, start.Add(242*time.Minute))
+	if err != nil || rep.Epochs != 0 {
+		t.Fatalf("second prune under the limit: %+v, %v", rep, err)
+	}
+	// A limit nothing can meet: raw epochs go, then rollups, then it says so.
+	if _, err := s.Prune(ctx, Retention{MaxBytes: 1}, start.Add(243*time.Minute)); err == nil {
+		t.Error("a 1-byte limit was met")
+	} else {
+		t.Logf("1-byte limit: %v", err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM epochs`); n != 0 {
+		t.Errorf("%d raw epochs left under an impossible limit", n)
+	}
+}
