@@ -151,7 +151,7 @@ func (s *Store) migrate(existed bool) error {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	defer tx.Rollback()
-	for _, stmt := range append(append(schema, fieldColumnDDL()...), rollupSchema...) {
+	for _, stmt := range append(append(append(append(schema, fieldColumnDDL()...), rollupSchema...), requestsDDL...), requestViews...) {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("migrate store: %w", err)
 		}
