@@ -34,6 +34,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
+	tf := addTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -139,6 +140,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer os.Remove(filepath.Join(*data, agentFile))
 		logf("API on http://%s", srv.Addr())
 	}
+	tr, err := startTracing(st, tf, logf)
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time

@@ -116,6 +116,7 @@ func Listen(opts Options) (*Server, error) {
 		query(w, r, string(body))
 	})
 	registerRuns(mux, opts)
+	registerRequests(mux, opts)
 	return s, nil
 }
 
