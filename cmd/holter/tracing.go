@@ -92,6 +92,17 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 		}
 	}
 	if t.receiver, err = otlp.Listen(opts); err != nil {
+		// The default ports may belong to another collector on this host:
+		// then the recorder records without receiving spans. Addresses the
+		// user chose must work.
+		if *f.grpcAddr == otlp.DefaultGRPCAddr && *f.httpAddr == otlp.DefaultHTTPAddr {
+			logf("OTLP receivers not started, spans are not received: %v (choose addresses with --otlp-grpc and --otlp-http)", err)
+			cancel()
+			if t.acct != nil {
+				t.acct.Close()
+			}
+			return &tracing{cancel: func() {}}, nil
+		}
 		cancel()
 		if t.acct != nil {
 			t.acct.Close()

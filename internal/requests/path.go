@@ -95,10 +95,14 @@ func BuildPath(ctx context.Context, q Querier, traceID string) (*Path, error) {
 
 	// Stitch records: links into this trace (coalesced into a batch) and
 	// out of it (this trace is a batch).
+	// The shares are over all the links of the batch span, so the totals
+	// are taken over every link of the batches this trace touches.
+	id := sqlString(traceID)
 	links, err := q.Query(ctx, `SELECT l.trace_id, l.span_id, l.linked_span_id, l.weight,
 		sum(l.weight) OVER (PARTITION BY l.trace_id, l.span_id), count(*) OVER (PARTITION BY l.trace_id, l.span_id),
 		l.linked_trace_id
-		FROM span_links l WHERE l.linked_trace_id = `+sqlString(traceID)+` OR l.trace_id = `+sqlString(traceID)+`
+		FROM span_links l WHERE (l.trace_id, l.span_id) IN (
+			SELECT trace_id, span_id FROM span_links WHERE linked_trace_id = `+id+` OR trace_id = `+id+`)
 		ORDER BY l.trace_id, l.span_id, l.linked_trace_id`)
 	p.Queries++
 	if err != nil {
