@@ -340,12 +340,31 @@ type EdgeRollup struct {
 	HistCount                  []int64
 }
 
+// PrunableTraces selects the traces pruning removes at cutoff $1: those
+// wholly ended before it, except requests a newer batch still links to
+// (their billed share is read from the batch while it is raw).
+const PrunableTraces = `WITH t AS (SELECT trace_id, max(end_ns) AS last FROM spans GROUP BY trace_id)
+	SELECT trace_id FROM t WHERE last < $1 AND trace_id NOT IN (
+		SELECT l.linked_trace_id FROM span_links l JOIN t ON t.trace_id = l.trace_id WHERE t.last >= $1)`
+
 // SpanRollups is what pruning replaces spans before CutoffNs with.
 type SpanRollups struct {
 	CutoffNs int64
 	Spans    []SpanRollup
 	Clients  []ClientRollup
 	Edges    []EdgeRollup
+}
+
+// withAppender gives fn the driver connection for DuckDB's appender; no
+// statement may run on conn while fn does.
+func withAppender(conn *sql.Conn, fn func(dconn driver.Conn) error) error {
+	return conn.Raw(func(dc any) error {
+		dconn, ok := dc.(driver.Conn)
+		if !ok {
+			return errors.New("unexpected driver connection")
+		}
+		return fn(dconn)
+	})
 }
 
 func nullString(s string) driver.Value {
@@ -371,7 +390,7 @@ func nullI64(v int64) driver.Value {
 
 // inTx runs fn in one transaction on one connection, under the writer's
 // lock, so span commits and epoch commits do not interleave.
-func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn, dconn driver.Conn) error) error {
+func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) error) error {
 	if s.readOnly {
 		return fmt.Errorf("%s: store is open read-only", what)
 	}
@@ -385,14 +404,7 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn, d
 	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err = conn.Raw(func(dc any) error {
-		dconn, ok := dc.(driver.Conn)
-		if !ok {
-			return errors.New("unexpected driver connection")
-		}
-		return fn(conn, dconn)
-	})
-	if err != nil {
+	if err = fn(conn); err != nil {
 		if _, rbErr := conn.ExecContext(context.Background(), "ROLLBACK"); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
 		}
@@ -407,26 +419,28 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn, d
 // WriteSpans commits a batch of received spans in one transaction: when it
 // returns nil they are durable, and only then may the sender be told so.
 func (s *Store) WriteSpans(ctx context.Context, b *SpanBatch) error {
-	return s.inTx(ctx, "write spans", func(_ *sql.Conn, dconn driver.Conn) error {
-		err := appendRows(dconn, "spans", len(b.Spans), func(i int) []driver.Value {
-			sp := &b.Spans[i]
-			return []driver.Value{sp.Host, sp.TraceID, sp.SpanID, nullString(sp.ParentSpanID), sp.Service, sp.Name,
-				sp.Kind, sp.StartNs, sp.EndNs, sp.StatusCode, sp.StatusMessage, nullU32(sp.Pid), nullU32(sp.Tid),
-				nullString(sp.Client), sp.Scope, sp.Resource, sp.Attributes, sp.ReceivedNs}
-		})
-		if err != nil {
-			return err
-		}
-		err = appendRows(dconn, "span_links", len(b.Links), func(i int) []driver.Value {
-			l := &b.Links[i]
-			return []driver.Value{l.TraceID, l.SpanID, l.LinkedTraceID, l.LinkedSpanID, l.Weight, l.Attributes}
-		})
-		if err != nil {
-			return err
-		}
-		return appendRows(dconn, "span_events", len(b.Events), func(i int) []driver.Value {
-			e := &b.Events[i]
-			return []driver.Value{e.TraceID, e.SpanID, e.TsNs, e.Name, e.Attributes}
+	return s.inTx(ctx, "write spans", func(conn *sql.Conn) error {
+		return withAppender(conn, func(dconn driver.Conn) error {
+			err := appendRows(dconn, "spans", len(b.Spans), func(i int) []driver.Value {
+				sp := &b.Spans[i]
+				return []driver.Value{sp.Host, sp.TraceID, sp.SpanID, nullString(sp.ParentSpanID), sp.Service, sp.Name,
+					sp.Kind, sp.StartNs, sp.EndNs, sp.StatusCode, sp.StatusMessage, nullU32(sp.Pid), nullU32(sp.Tid),
+					nullString(sp.Client), sp.Scope, sp.Resource, sp.Attributes, sp.ReceivedNs}
+			})
+			if err != nil {
+				return err
+			}
+			err = appendRows(dconn, "span_links", len(b.Links), func(i int) []driver.Value {
+				l := &b.Links[i]
+				return []driver.Value{l.TraceID, l.SpanID, l.LinkedTraceID, l.LinkedSpanID, l.Weight, l.Attributes}
+			})
+			if err != nil {
+				return err
+			}
+			return appendRows(dconn, "span_events", len(b.Events), func(i int) []driver.Value {
+				e := &b.Events[i]
+				return []driver.Value{e.TraceID, e.SpanID, e.TsNs, e.Name, e.Attributes}
+			})
 		})
 	})
 }
@@ -436,15 +450,17 @@ func (s *Store) WriteThreadActivity(ctx context.Context, as []ThreadActivity) er
 	if len(as) == 0 {
 		return nil
 	}
-	return s.inTx(ctx, "write thread activity", func(_ *sql.Conn, dconn driver.Conn) error {
-		return appendRows(dconn, "thread_activity", len(as), func(i int) []driver.Value {
-			a := &as[i]
-			var kstack driver.Value
-			if len(a.KStack) > 0 {
-				kstack = a.KStack
-			}
-			return []driver.Value{a.Host, a.Pid, a.Tid, a.Kind, a.StartNs, a.EndNs, nullI64(a.WakeNs),
-				a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev)}
+	return s.inTx(ctx, "write thread activity", func(conn *sql.Conn) error {
+		return withAppender(conn, func(dconn driver.Conn) error {
+			return appendRows(dconn, "thread_activity", len(as), func(i int) []driver.Value {
+				a := &as[i]
+				var kstack driver.Value
+				if len(a.KStack) > 0 {
+					kstack = a.KStack
+				}
+				return []driver.Value{a.Host, a.Pid, a.Tid, a.Kind, a.StartNs, a.EndNs, nullI64(a.WakeNs),
+					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev)}
+			})
 		})
 	})
 }
@@ -454,11 +470,13 @@ func (s *Store) WriteSpanAccounting(ctx context.Context, as []SpanAccounting) er
 	if len(as) == 0 {
 		return nil
 	}
-	return s.inTx(ctx, "write span accounting", func(_ *sql.Conn, dconn driver.Conn) error {
-		return appendRows(dconn, "span_accounting", len(as), func(i int) []driver.Value {
-			a := &as[i]
-			return []driver.Value{a.TraceID, a.SpanID, a.Accounted, a.CPUNs, a.SelfCPUNs, a.BlockedNs, a.SelfBlockedNs,
-				a.RunnableNs, a.SelfRunnableNs, a.IOBytes, a.IONs, a.IOCount, a.BlockedSites}
+	return s.inTx(ctx, "write span accounting", func(conn *sql.Conn) error {
+		return withAppender(conn, func(dconn driver.Conn) error {
+			return appendRows(dconn, "span_accounting", len(as), func(i int) []driver.Value {
+				a := &as[i]
+				return []driver.Value{a.TraceID, a.SpanID, a.Accounted, a.CPUNs, a.SelfCPUNs, a.BlockedNs, a.SelfBlockedNs,
+					a.RunnableNs, a.SelfRunnableNs, a.IOBytes, a.IONs, a.IOCount, a.BlockedSites}
+			})
 		})
 	})
 }
@@ -467,32 +485,34 @@ func (s *Store) WriteSpanAccounting(ctx context.Context, as []SpanAccounting) er
 // transaction, the raw spans (and their links, events and accounting) that
 // ended before r.CutoffNs, and the thread activity before it.
 func (s *Store) ReplaceSpansWithRollups(ctx context.Context, r *SpanRollups) (deleted int64, err error) {
-	err = s.inTx(ctx, "prune spans", func(conn *sql.Conn, dconn driver.Conn) error {
-		err := appendRows(dconn, "span_rollups", len(r.Spans), func(i int) []driver.Value {
-			x := &r.Spans[i]
-			return []driver.Value{x.BucketNs, x.PeriodNs, x.Service, x.Operation, x.Client, x.Spans, x.Errors,
-				x.DurationSumNs, x.HistBucket, x.HistCount, x.CPUNs, x.BlockedNs, x.RunnableNs, x.IOBytes, x.IONs}
-		})
-		if err != nil {
-			return err
-		}
-		err = appendRows(dconn, "client_rollups", len(r.Clients), func(i int) []driver.Value {
-			x := &r.Clients[i]
-			return []driver.Value{x.BucketNs, x.PeriodNs, x.Client, x.Requests, x.Errors, x.CPUNs, x.BlockedNs, x.IOBytes, x.IONs}
-		})
-		if err != nil {
-			return err
-		}
-		err = appendRows(dconn, "latency_edge_rollups", len(r.Edges), func(i int) []driver.Value {
-			x := &r.Edges[i]
-			return []driver.Value{x.BucketNs, x.PeriodNs, x.Service, x.Operation, x.Client, x.Paths, x.From, x.To,
-				x.Remote, x.Async, x.N, x.SumNs, x.MinNs, x.MaxNs, x.HistBucket, x.HistCount}
+	err = s.inTx(ctx, "prune spans", func(conn *sql.Conn) error {
+		err := withAppender(conn, func(dconn driver.Conn) error {
+			err := appendRows(dconn, "span_rollups", len(r.Spans), func(i int) []driver.Value {
+				x := &r.Spans[i]
+				return []driver.Value{x.BucketNs, x.PeriodNs, x.Service, x.Operation, x.Client, x.Spans, x.Errors,
+					x.DurationSumNs, x.HistBucket, x.HistCount, x.CPUNs, x.BlockedNs, x.RunnableNs, x.IOBytes, x.IONs}
+			})
+			if err != nil {
+				return err
+			}
+			err = appendRows(dconn, "client_rollups", len(r.Clients), func(i int) []driver.Value {
+				x := &r.Clients[i]
+				return []driver.Value{x.BucketNs, x.PeriodNs, x.Client, x.Requests, x.Errors, x.CPUNs, x.BlockedNs, x.IOBytes, x.IONs}
+			})
+			if err != nil {
+				return err
+			}
+			return appendRows(dconn, "latency_edge_rollups", len(r.Edges), func(i int) []driver.Value {
+				x := &r.Edges[i]
+				return []driver.Value{x.BucketNs, x.PeriodNs, x.Service, x.Operation, x.Client, x.Paths, x.From, x.To,
+					x.Remote, x.Async, x.N, x.SumNs, x.MinNs, x.MaxNs, x.HistBucket, x.HistCount}
+			})
 		})
 		if err != nil {
 			return err
 		}
 		// A trace is pruned whole, once all of it is older than the cutoff.
-		old := `SELECT trace_id FROM spans GROUP BY trace_id HAVING max(end_ns) < $1`
+		old := PrunableTraces
 		for _, table := range []string{"span_links", "span_events", "span_accounting"} {
 			if _, err := conn.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE trace_id IN (%s)`, table, old), r.CutoffNs); err != nil {
 				return fmt.Errorf("delete %s: %w", table, err)
