@@ -4,11 +4,12 @@
 # committed files are what `go build` uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gen=(internal/recorder/vitals_x86_bpfel.go internal/recorder/vitals_x86_bpfel.o)
+gen=(internal/recorder/vitals_x86_bpfel.go internal/recorder/vitals_x86_bpfel.o
+	internal/account/account_x86_bpfel.go internal/account/account_x86_bpfel.o)
 before=$(mktemp -d)
 trap 'rm -rf "$before"' EXIT
 cp "${gen[@]}" "$before/"
-go generate ./internal/recorder/
+go generate ./internal/recorder/ ./internal/account/
 for f in "${gen[@]}"; do
 	if ! cmp -s "$f" "$before/$(basename "$f")"; then
 		echo "check-generated: $f is stale: it differs from what bpf/ compiles to (now regenerated; commit it)" >&2

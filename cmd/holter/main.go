@@ -38,6 +38,8 @@ func commands() []command {
 		{"diff", "rank the metrics that differ most between two time ranges", runDiff},
 		{"run", "run a command while recording and add it to the run catalog", runRun},
 		{"runs", "list the run catalog and the anomalous runs with their metrics", runRuns},
+		{"trace-path", "show a request's causal path across services with its kernel costs", runTracePath},
+		{"latency-graph", "show a workload's latency graph (text, JSON or DOT)", runLatencyGraph},
 		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
 			fmt.Fprintln(stdout, "holter", version)
 			return nil

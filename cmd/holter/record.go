@@ -35,6 +35,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
 	retainSize := fs.String("retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound")
+	tf := addTracingFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -143,6 +144,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer os.Remove(filepath.Join(*data, agentFile))
 		logf("UI and API on http://%s", srv.Addr())
 	}
+	tr, err := startTracing(st, tf, logf)
+	if err != nil {
+		return err
+	}
+	defer tr.stop()
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time

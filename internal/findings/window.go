@@ -20,13 +20,7 @@ type Querier interface {
 }
 
 // FromStore answers from an open store.
-func FromStore(st *store.Store) Querier { return storeQuerier{st} }
-
-type storeQuerier struct{ st *store.Store }
-
-func (s storeQuerier) Query(ctx context.Context, q string) (*store.Result, error) {
-	return s.st.Query(ctx, q)
-}
+func FromStore(st *store.Store) Querier { return store.Plain(st) }
 
 // Epoch is the timescale of raw epochs; the others are the store's rollups
 // (store.Timescales: 5m, 1h, 1d).

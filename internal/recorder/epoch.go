@@ -371,14 +371,15 @@ func sampleFields(v Vital, s *vitalsHlSample) map[string]any {
 	case Blio:
 		return map[string]any{
 			"dev": fmt.Sprintf("%d:%d", f[0]>>20, f[0]&0xfffff), "sector": f[1],
-			"bytes_requested": f[2], "bytes_completed": f[3], "op": blockOp(f[4]),
+			"bytes_requested": f[2], "bytes_completed": f[3], "op": BlockOp(f[4]),
 			"latency_ns": int64(f[5]), "error": int32(f[6]), "queue_ns": int64(f[7]),
 		}
 	}
 	return nil
 }
 
-func blockOp(op uint64) string {
+// BlockOp names a block request operation (REQ_OP_*).
+func BlockOp(op uint64) string {
 	switch op {
 	case 0:
 		return "read"

@@ -135,6 +135,7 @@ func Listen(opts Options) (*Server, error) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s (see /api/openapi.yaml)", r.URL.Path))
 	})
 	mux.Handle("GET /", http.FileServerFS(ui.FS()))
+	registerRequests(mux, opts)
 	return s, nil
 }
 

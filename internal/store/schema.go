@@ -4,7 +4,7 @@ import "fmt"
 
 // schemaVersion is bumped with every change to schema; migrations bring an
 // older file up to date in Open.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // schema creates the tables of an empty store. Times are UTC nanoseconds.
 // The samples table has one sparse column per event field; a column that
@@ -62,6 +62,9 @@ var schema = []string{
 	// version 3: findings and runs (see diagnosis.go)
 	findingsDDL,
 	runsDDL,
+	// version 4: request tracing — spans, links, events, thread activity,
+	// span accounting, span rollups and the counter views (requests.go),
+	// appended by migrate after the other tables.
 }
 
 // Column is one vital-specific column of the samples table.

@@ -155,7 +155,7 @@ func (s *Store) migrate(existed bool) error {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	defer tx.Rollback()
-	for _, stmt := range append(append(schema, fieldColumnDDL()...), rollupSchema...) {
+	for _, stmt := range append(append(append(append(schema, fieldColumnDDL()...), rollupSchema...), requestsDDL...), requestViews...) {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("migrate store: %w", err)
 		}
@@ -510,3 +510,21 @@ func checkReadOnly(ctx context.Context, dc any, query string) error {
 	}
 	return nil
 }
+
+// Querier answers read-only SQL without arguments: a store through Plain,
+// or a running recorder's API, which takes SQL text only.
+type Querier interface {
+	Query(ctx context.Context, sql string) (*Result, error)
+}
+
+// ArgQuerier answers SQL with placeholder arguments, as a Store does.
+type ArgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (*Result, error)
+}
+
+// Plain is q as a Querier.
+func Plain(q ArgQuerier) Querier { return plain{q} }
+
+type plain struct{ q ArgQuerier }
+
+func (p plain) Query(ctx context.Context, sql string) (*Result, error) { return p.q.Query(ctx, sql) }

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * account — exact per-thread activity of the processes whose requests
+ * holter accounts (Stardust §3.2: "by monitoring the context switches and
+ * the requests being processed during thread run time, Stardust charges a
+ * request the exact amount of CPU time it used").
+ *
+ * The recorder's vitals only sketch and sample; charging a span the CPU
+ * its thread ran needs every on-CPU interval of that thread. So for the
+ * processes in `tracked` (filled by user space from the process.pid of the
+ * spans it receives) every context switch becomes a record:
+ *
+ *   ACCT_CPU     switch-in .. switch-out of a tracked thread
+ *   ACCT_OFFCPU  switch-out .. switch-in, with the state it left in (0 =
+ *                preempted, still runnable), when it was woken, the
+ *                user-space PC at kernel entry (the blck vital's site) and
+ *                the top of the kernel stack it slept in
+ *   ACCT_IO      a block request the thread submitted, issue .. completion
+ *
+ * Records are submitted without waking the reader, which polls (a
+ * wake-up per context switch would cost more than the record).
+ *
+ * It is a separate object from the vitals: user space attaches it only
+ * while some process is tracked, so a recorder that accounts nothing pays
+ * nothing; while attached, an untracked context switch costs two hash
+ * lookups on the tgid.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define ACCT_KSTACK 12
+#define MAX_TRACKED 1024
+#define MAX_IO_INFLIGHT 4096
+
+enum acct_kind {
+	ACCT_CPU = 1,
+	ACCT_OFFCPU = 2,
+	ACCT_IO = 3,
+};
+
+struct acct_event {
+	__u32 kind;
+	__u32 pid;          /* tgid */
+	__u32 tid;
+	__u32 state;        /* offcpu: task state at switch-out, 0 preempted; io: op */
+	__u64 start;        /* kernel monotonic ns */
+	__u64 end;
+	__u64 wake;         /* offcpu: woken at, 0 if preempted or not seen */
+	__u64 site;         /* offcpu: user PC at kernel entry; io: device */
+	__u64 bytes;        /* io: bytes requested */
+	__s32 kstack_bytes; /* offcpu: < 0 error, 0 none */
+	__u32 pad;
+	__u64 kstack[ACCT_KSTACK];
+};
+
+/* Per CPU: records written, and records the ring buffer had no room for. */
+struct acct_stats {
+	__u64 events;
+	__u64 lost;
+	__u64 io_lost;      /* submissions the in-flight map had no room for */
+};
+
+struct thread_state {
+	__u64 on_ts;    /* switched in; 0 = not seen running */
+	__u64 off_ts;   /* switched out; 0 = running or not seen */
+	__u64 wake_ts;
+	__u64 site;
+	__u32 state;
+	__u32 pad;
+};
+
+struct io_start {
+	__u64 ts;
+	__u64 bytes;
+	__u32 pid;
+	__u32 tid;
+	__u32 op;
+	__u32 dev;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TRACKED);
+	__type(key, __u32);
+	__type(value, __u32);
+} tracked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_IO_INFLIGHT);
+	__type(key, __u64);
+	__type(value, struct io_start);
+} io_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} acct_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct acct_stats);
+} acct_counters SEC(".maps");
+
+/* Keeps the record layouts in BTF so bpf2go generates their Go types. */
+struct acct_event *unused_acct_event __attribute__((unused));
+struct acct_stats *unused_acct_stats __attribute__((unused));
+
+static __always_inline bool is_tracked(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
+}
+
+static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *t)
+{
+	__u32 zero = 0;
+	struct acct_stats *st = bpf_map_lookup_elem(&acct_counters, &zero);
+	struct acct_event *e = bpf_ringbuf_reserve(&acct_events, sizeof(*e), 0);
+
+	if (!e) {
+		if (st)
+			st->lost++;
+		return NULL;
+	}
+	if (st)
+		st->events++;
+	e->kind = kind;
+	e->pid = t->tgid;
+	e->tid = t->pid;
+	e->state = 0;
+	e->wake = 0;
+	e->site = 0;
+	e->bytes = 0;
+	e->kstack_bytes = 0;
+	e->pad = 0;
+	return e;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(account_wakeup, struct task_struct *p)
+{
+	struct thread_state *ts;
+
+	if (!is_tracked(p->tgid))
+		return 0;
+	ts = bpf_task_storage_get(&threads, p, 0, 0);
+	if (ts && ts->off_ts && !ts->wake_ts)
+		ts->wake_ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	struct thread_state *ts;
+	struct acct_event *e;
+	__u64 now = 0;
+
+	if (prev->pid != 0 && is_tracked(prev->tgid)) {
+		ts = bpf_task_storage_get(&threads, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (ts) {
+			now = bpf_ktime_get_ns();
+			if (ts->on_ts && (e = begin(ACCT_CPU, prev))) {
+				e->start = ts->on_ts;
+				e->end = now;
+				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+			}
+			ts->on_ts = 0;
+			ts->off_ts = now;
+			ts->wake_ts = 0;
+			ts->state = preempt ? 0 : prev_state;
+			ts->site = 0;
+			if (prev->mm) {
+				struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+				if (regs)
+					ts->site = regs->ip;
+			}
+		}
+	}
+	if (next->pid != 0 && is_tracked(next->tgid)) {
+		ts = bpf_task_storage_get(&threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (ts) {
+			if (!now)
+				now = bpf_ktime_get_ns();
+			if (ts->off_ts && (e = begin(ACCT_OFFCPU, next))) {
+				e->start = ts->off_ts;
+				e->end = now;
+				e->wake = ts->wake_ts;
+				e->state = ts->state;
+				e->site = ts->site;
+				/* A sleeper's kernel stack is still where it slept. */
+				if (ts->state)
+					e->kstack_bytes = bpf_get_task_stack(next, e->kstack, sizeof(e->kstack), 0);
+				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+			}
+			ts->on_ts = now;
+			ts->off_ts = 0;
+			ts->wake_ts = 0;
+		}
+	}
+	return 0;
+}
+
+static __always_inline void io_submitted(struct request *rq)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct io_start io = {};
+	__u64 key = (__u64)rq;
+	__u32 zero = 0;
+
+	if (rq->__data_len == 0 || !is_tracked(task->tgid))
+		return;
+	if (bpf_map_lookup_elem(&io_inflight, &key))
+		return; /* inserted, now issued: the submitter was seen at insertion */
+	io.ts = bpf_ktime_get_ns();
+	io.bytes = rq->__data_len;
+	io.pid = task->tgid;
+	io.tid = task->pid;
+	io.op = rq->cmd_flags & 0xff;
+	io.dev = rq->part ? rq->part->bd_dev : 0;
+	if (bpf_map_update_elem(&io_inflight, &key, &io, BPF_NOEXIST) != 0) {
+		struct acct_stats *st = bpf_map_lookup_elem(&acct_counters, &zero);
+		if (st)
+			st->io_lost++;
+	}
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(account_io_insert, struct request *rq)
+{
+	io_submitted(rq);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(account_io_issue, struct request *rq)
+{
+	io_submitted(rq);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	__u64 key = (__u64)rq;
+	struct io_start *io = bpf_map_lookup_elem(&io_inflight, &key);
+	struct acct_event *e;
+	__u32 zero = 0;
+	struct acct_stats *st;
+
+	if (!io)
+		return 0;
+	e = bpf_ringbuf_reserve(&acct_events, sizeof(*e), 0);
+	st = bpf_map_lookup_elem(&acct_counters, &zero);
+	if (!e) {
+		if (st)
+			st->lost++;
+		bpf_map_delete_elem(&io_inflight, &key);
+		return 0;
+	}
+	if (st)
+		st->events++;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->kind = ACCT_IO;
+	e->pid = io->pid;
+	e->tid = io->tid;
+	e->state = io->op;
+	e->start = io->ts;
+	e->end = bpf_ktime_get_ns();
+	e->site = io->dev;
+	e->bytes = io->bytes;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	bpf_map_delete_elem(&io_inflight, &key);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/holter-dev/holter/internal/account"
+	"github.com/holter-dev/holter/internal/otlp"
+	"github.com/holter-dev/holter/internal/requests"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// tracingFlags configure request tracing in `holter record`.
+type tracingFlags struct {
+	grpcAddr, httpAddr *string
+	maxMessage         *int
+	account            *bool
+	retainSpans        *string
+	spanPeriod         *time.Duration
+}
+
+func addTracingFlags(fs *flag.FlagSet) tracingFlags {
+	return tracingFlags{
+		grpcAddr:    fs.String("otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`),
+		httpAddr:    fs.String("otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`),
+		maxMessage:  fs.Int("otlp-max-bytes", otlp.DefaultMaxMessageBytes, "largest OTLP export request accepted"),
+		account:     fs.Bool("account", true, "charge spans that carry thread.id with their thread's kernel activity (CPU, blocking, block I/O)"),
+		retainSpans: fs.String("retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all"),
+		spanPeriod:  fs.Duration("span-period", time.Minute, "period T of the rollups raw spans are reduced to, and how often pruning runs"),
+	}
+}
+
+// tracing is request tracing inside a recorder: the OTLP receivers, the
+// kernel accounting of the processes spans come from, and the periodic
+// charging and pruning of spans.
+type tracing struct {
+	receiver *otlp.Receiver
+	acct     *account.Accountant
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*tracing, error) {
+	retain, err := parseAge(*f.retainSpans)
+	if err != nil {
+		return nil, usagef("--retain-spans: %v", err)
+	}
+	if *f.spanPeriod <= 0 {
+		return nil, usagef("--span-period must be positive")
+	}
+	opts := otlp.Options{GRPCAddr: *f.grpcAddr, HTTPAddr: *f.httpAddr, DisableGRPC: *f.grpcAddr == "off",
+		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: *f.maxMessage, Host: hostname(), Write: st.WriteSpans, Logf: logf}
+	if opts.DisableGRPC && opts.DisableHTTP {
+		return &tracing{cancel: func() {}}, nil
+	}
+	for _, a := range []string{opts.GRPCAddr, opts.HTTPAddr} {
+		if a == "off" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, usagef("OTLP address %q: %v", a, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, usagef("OTLP address %q is not loopback: the receivers take no token yet, so they listen on loopback only", a)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &tracing{cancel: cancel}
+	if *f.account {
+		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf})
+		if err != nil {
+			logf("request accounting unavailable, spans get no kernel costs: %v", err)
+		}
+	}
+	if t.acct != nil {
+		self := uint32(os.Getpid())
+		opts.OnProcesses = func(pids []uint32) {
+			var others []uint32
+			for _, p := range pids {
+				if p != self {
+					others = append(others, p)
+				}
+			}
+			if err := t.acct.Track(others...); err != nil {
+				logf("accounting: %v", err)
+			}
+		}
+	}
+	if t.receiver, err = otlp.Listen(opts); err != nil {
+		// The default ports may belong to another collector on this host:
+		// then the recorder records without receiving spans. Addresses the
+		// user chose must work.
+		if *f.grpcAddr == otlp.DefaultGRPCAddr && *f.httpAddr == otlp.DefaultHTTPAddr {
+			logf("OTLP receivers not started, spans are not received: %v (choose addresses with --otlp-grpc and --otlp-http)", err)
+			cancel()
+			if t.acct != nil {
+				t.acct.Close()
+			}
+			return &tracing{cancel: func() {}}, nil
+		}
+		cancel()
+		if t.acct != nil {
+			t.acct.Close()
+		}
+		return nil, err
+	}
+	t.receiver.Serve()
+	logf("OTLP receivers: gRPC %s, HTTP %s", orOff(t.receiver.GRPCAddr()), orOff(t.receiver.HTTPAddr()))
+	if t.acct != nil {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.acct.Run(ctx)
+		}()
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		charge := time.NewTicker(time.Second)
+		defer charge.Stop()
+		prune := time.NewTicker(*f.spanPeriod)
+		defer prune.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-charge.C:
+				if t.acct != nil {
+					if _, err := requests.Account(ctx, st, t.acct, time.Now().UnixNano()); err != nil && ctx.Err() == nil {
+						logf("accounting: %v", err)
+					}
+				}
+			case now := <-prune.C:
+				if retain == 0 {
+					continue
+				}
+				rep, err := requests.Prune(ctx, st, now.Add(-retain), *f.spanPeriod)
+				if err != nil {
+					logf("span retention: %v", err)
+				} else if rep.Spans > 0 {
+					logf("span retention: %d spans reduced to %d span and %d latency-edge rollups", rep.Spans, rep.SpanRollups, rep.EdgeRollups)
+				}
+			}
+		}
+	}()
+	return t, nil
+}
+
+func orOff(addr string) string {
+	if addr == "" {
+		return "off"
+	}
+	return addr
+}
+
+// stop answers the exports in flight, then stops accounting.
+func (t *tracing) stop() {
+	if t.receiver != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t.receiver.Shutdown(ctx)
+		cancel()
+	}
+	t.cancel()
+	t.wg.Wait()
+	if t.acct != nil {
+		t.acct.Close()
+	}
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holter-dev/holter/internal/requests"
+	"github.com/holter-dev/holter/internal/testutil"
+)
+
+// buildDemo builds the demo system (internal/requests/testdata/demo).
+func buildDemo(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "demo")
+	cmd := exec.Command("go", "build", "-o", bin, "./internal/requests/testdata/demo")
+	cmd.Dir = testutil.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build demo: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startService starts one demo service and returns its URL and pid.
+func startService(t *testing.T, demo, role string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(demo, append([]string{role}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s did not start: %v", role, err)
+	}
+	go io.Copy(io.Discard, out)
+	return strings.TrimSpace(strings.TrimPrefix(line, "listening ")), cmd.Process.Pid
+}
+
+type demoRequest struct {
+	Op      string `json:"op"`
+	TraceID string `json:"trace_id"`
+	Client  string `json:"client"`
+	Bytes   int    `json:"bytes"`
+	Error   string `json:"error"`
+}
+
+func runDemoClient(t *testing.T, demo, front, otlpHTTP, client string, gets, puts int) []demoRequest {
+	t.Helper()
+	out, err := exec.Command(demo, "client", "-front", front, "-otlp-http", otlpHTTP, "-client", client,
+		"-gets", fmt.Sprint(gets), "-puts", fmt.Sprint(puts)).Output()
+	if err != nil {
+		t.Fatalf("demo client %s: %v", client, err)
+	}
+	var reqs []demoRequest
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var r demoRequest
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Error != "" {
+			t.Fatalf("demo request failed: %s", r.Error)
+		}
+		reqs = append(reqs, r)
+	}
+	return reqs
+}
+
+func stopRecording(t *testing.T, r *recording) {
+	r.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-r.done:
+	case <-time.After(20 * time.Second):
+		r.cmd.Process.Kill()
+	}
+	r.cmd.Wait()
+}
+
+// TestDemoSystemRequestTracing runs a demo system of three services plus a
+// client, instrumented with the OpenTelemetry SDK, against `holter record`:
+// reads (client → front → middle, which burns 30 ms of CPU, → storage,
+// which reads from disk with O_DIRECT) and writes (acknowledged by middle
+// when buffered, coalesced three at a time into a batched write whose span
+// links them, weighted by bytes, plus an asynchronous index write-back).
+func TestDemoSystemRequestTracing(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	demo := buildDemo(t)
+	dir := t.TempDir()
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0",
+		"--otlp-grpc", grpcAddr, "--otlp-http", httpAddr)
+	defer stopRecording(t, r)
+	select {
+	case <-r.started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("recorder did not start:\n%s", r.log)
+	}
+	storage, spid := startService(t, demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
+	middle, mpid := startService(t, demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", "30ms", "-batch", "3")
+	front, fpid := startService(t, demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
+
+	// Spans name their process; holter follows its threads from then on.
+	runDemoClient(t, demo, front, httpAddr, "warmup", 1, 3)
+	deadline := time.Now().Add(20 * time.Second)
+	for _, pid := range []int{spid, mpid, fpid} {
+		for !strings.Contains(r.log.String(), fmt.Sprintf("accounting the threads of process %d\n", pid)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("holter does not account process %d:\n%s", pid, r.log)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	reads := runDemoClient(t, demo, front, httpAddr, "alice", 4, 0)
+	writes := runDemoClient(t, demo, front, httpAddr, "bob", 0, 3)
+	var ids []string
+	for _, q := range append(append([]demoRequest{}, reads...), writes...) {
+		ids = append(ids, "'"+q.TraceID+"'")
+	}
+	// Wait for every span (7 per read and per write, 3 in the batch) to be
+	// stored and charged.
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, errOut, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv", fmt.Sprintf(`
+			SELECT (SELECT count(*) FROM span_costs WHERE trace_id IN (%[1]s)),
+			       (SELECT count(*) FROM span_costs WHERE tid IS NOT NULL AND accounted IS NULL AND (trace_id IN (%[1]s)
+			           OR trace_id IN (SELECT trace_id FROM span_links WHERE linked_trace_id IN (%[1]s)))),
+			       (SELECT count(*) FROM span_links WHERE linked_trace_id IN (%[1]s))`, strings.Join(ids, ",")))
+		last = fmt.Sprintf("stdout %q stderr %q", out, errOut)
+		if strings.Contains(out, fmt.Sprintf("%d,0,3", 7*len(reads)+7*len(writes))) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spans not all stored and charged (count, uncharged, links): %s\n%s", last, r.log)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	path := func(id string) *requests.Path {
+		t.Helper()
+		out, errOut, code := runHolter(t, bin, "trace-path", "--data", dir, "--json", id)
+		if code != 0 {
+			t.Fatalf("trace-path %s: %s", id, errOut)
+		}
+		var p requests.Path
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	find := func(n *requests.Node, service, op string) *requests.Node {
+		var found *requests.Node
+		var walk func(*requests.Node)
+		walk = func(x *requests.Node) {
+			if x.Service == service && x.Operation == op {
+				found = x
+			}
+			for _, c := range x.Children {
+				walk(c)
+			}
+		}
+		walk(n)
+		if found == nil {
+			t.Fatalf("no span %s %s in the path", service, op)
+		}
+		return found
+	}
+
+	for _, q := range reads {
+		p := path(q.TraceID)
+		if len(p.Roots) != 1 || p.Client != "alice" || p.Spans != 7 {
+			t.Fatalf("read %s: %d roots, client %q, %d spans", q.TraceID, len(p.Roots), p.Client, p.Spans)
+		}
+		// client → front → middle → storage, each hop a remote child.
+		chain := [][2]string{{"client", "client get"}, {"client", "call front"}, {"front", "GET /item"},
+			{"front", "call middle get"}, {"middle", "middle get"}, {"middle", "call storage read"}, {"storage", "storage read"}}
+		n := p.Roots[0]
+		for i, want := range chain {
+			if n.Service != want[0] || n.Operation != want[1] {
+				t.Fatalf("read %s: hop %d is %s %s, want %s %s", q.TraceID, i, n.Service, n.Operation, want[0], want[1])
+			}
+			if wantRemote := i == 2 || i == 4 || i == 6; n.Remote != wantRemote {
+				t.Errorf("read %s: %s remote=%v", q.TraceID, n.Operation, n.Remote)
+			}
+			if i+1 < len(chain) {
+				if len(n.Children) != 1 {
+					t.Fatalf("read %s: %s has %d children", q.TraceID, n.Operation, len(n.Children))
+				}
+				n = n.Children[0]
+			}
+		}
+		// The CPU middle burnt, by its own thread clock, is what the
+		// kernel's scheduling events charge its span.
+		mid := find(p.Roots[0], "middle", "middle get")
+		out, _, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv",
+			fmt.Sprintf(`SELECT attributes FROM spans WHERE span_id = '%s'`, mid.SpanID))
+		var attrs struct {
+			Burn int64 `json:"demo.burn_cpu_ns"`
+		}
+		csvField := strings.TrimSpace(out[strings.Index(out, "\n")+1:])
+		if err := json.Unmarshal([]byte(strings.ReplaceAll(strings.Trim(csvField, `"`), `""`, `"`)), &attrs); err != nil || attrs.Burn == 0 {
+			t.Fatalf("middle span attributes %q: %v", csvField, err)
+		}
+		k := mid.Kernel
+		if k == nil || !k.Accounted {
+			t.Fatalf("read %s: middle span not accounted", q.TraceID)
+		}
+		if ratio := k.SelfCPUNs / float64(attrs.Burn); ratio < 0.9 || ratio > 1.1 {
+			t.Errorf("read %s: middle burnt %v of CPU, charged %v (ratio %.3f)", q.TraceID,
+				time.Duration(attrs.Burn), time.Duration(k.SelfCPUNs), ratio)
+		}
+		// Storage sleeps on the disk: blocked time with its kernel site,
+		// and the block I/O it submitted.
+		st := find(p.Roots[0], "storage", "storage read").Kernel
+		if st == nil || st.BlockedNs <= 0 || st.IOCount < 1 || st.IOBytes < 64<<10 || st.BlockedSites == "[]" {
+			t.Errorf("read %s: storage read charged %+v, want blocked time at a kernel site and ≥ 64 KiB of block I/O", q.TraceID, st)
+		}
+		t.Logf("read %s: middle burnt %v, charged cpu %v; storage blocked %v at %s, %v bytes of block I/O",
+			q.TraceID[:8], time.Duration(attrs.Burn), time.Duration(k.SelfCPUNs), time.Duration(st.BlockedNs), st.BlockedSites, st.IOBytes)
+	}
+
+	// Writes: an async write-back outlives its request; the batch is billed
+	// to the three requests in proportion to their bytes.
+	var shareSum, billedSum, batchCPU float64
+	for _, q := range writes {
+		p := path(q.TraceID)
+		wb := find(p.Roots[0], "middle", "index write-back")
+		if !wb.Async || wb.AfterNs >= 0 {
+			t.Errorf("write %s: the index write-back is not marked as outliving its parent: %+v", q.TraceID, wb)
+		}
+		if len(p.Coalesced) != 1 {
+			t.Fatalf("write %s: coalesced into %d batches, want 1", q.TraceID, len(p.Coalesced))
+		}
+		c := p.Coalesced[0]
+		if want := float64(q.Bytes) / 6000; c.Requests != 3 || math.Abs(c.Share-want) > 1e-9 {
+			t.Errorf("write %s (%d bytes): share %.4f of a batch of %d, want %.4f of 3", q.TraceID, q.Bytes, c.Share, c.Requests, want)
+		}
+		var subtreeCPU float64
+		var walk func(*requests.Node)
+		walk = func(n *requests.Node) {
+			if n.Kernel != nil {
+				subtreeCPU += n.Kernel.SelfCPUNs
+			}
+			for _, ch := range n.Children {
+				walk(ch)
+			}
+		}
+		walk(c.Batch)
+		if subtreeCPU <= 0 || math.Abs(c.Billed.CPUNs-c.Share*subtreeCPU) > 1 {
+			t.Errorf("write %s: billed cpu %.0f, want share × batch cpu = %.0f", q.TraceID, c.Billed.CPUNs, c.Share*subtreeCPU)
+		}
+		if math.Abs(p.Total.CPUNs-(p.Own.CPUNs+c.Billed.CPUNs)) > 1 {
+			t.Errorf("write %s: total cpu %.0f ≠ own %.0f + billed %.0f", q.TraceID, p.Total.CPUNs, p.Own.CPUNs, c.Billed.CPUNs)
+		}
+		shareSum += c.Share
+		billedSum += c.Billed.CPUNs
+		batchCPU = subtreeCPU
+	}
+	if math.Abs(shareSum-1) > 1e-9 || math.Abs(billedSum-batchCPU) > 3 {
+		t.Errorf("the batch is billed %.4f of itself (%.0f of %.0f ns of CPU), want all of it", shareSum, billedSum, batchCPU)
+	}
+
+	// Per-client demand: alice's reads carry middle's burnt CPU.
+	out, _, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv",
+		`SELECT requests, cpu_ns FROM client_demand WHERE client = 'alice'`)
+	var n int
+	var cpu float64
+	fmt.Sscanf(strings.Split(strings.TrimSpace(out), "\n")[1], "%d,%g", &n, &cpu)
+	if n != 4 || cpu < 4*0.9*30e6 {
+		t.Errorf("client_demand for alice: %d requests, %v of CPU", n, time.Duration(cpu))
+	}
+
+	// The latency graph of alice's reads entering front, as DOT.
+	dot, errOut, code := runHolter(t, bin, "latency-graph", "--data", dir, "--service", "front", "--operation", "GET /item", "--client", "alice", "--dot")
+	if code != 0 {
+		t.Fatalf("latency-graph: %s", errOut)
+	}
+	for _, want := range []string{`digraph latency`, `(4 paths)`, `"front:call middle get:start" -> "middle:middle get:start"`, `style=dashed`,
+		`"storage:storage read:start" -> "storage:storage read:end"`, `n=4`} {
+		if !strings.Contains(dot, want) {
+			t.Errorf("latency graph DOT lacks %q:\n%s", want, dot)
+		}
+	}
+
+	// Prometheus counters through the API.
+	info, ok := readAgentInfo(dir)
+	if !ok {
+		t.Fatal("no agent info")
+	}
+	resp, err := http.Get("http://" + info.API + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`holter_client_cpu_seconds_total{client="alice"}`, `holter_spans_total{service="middle",operation="middle get"} 5`,
+		`holter_span_duration_seconds{service="storage",operation="storage read",quantile="0.99"}`, "# TYPE holter_spans_total counter"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	resp, err = http.Get("http://" + info.API + "/api/traces/" + reads[0].TraceID + "/path")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET /api/traces/{id}/path: %v %v", err, resp.Status)
+	}
+	resp.Body.Close()
+}

@@ -1,0 +1,217 @@
+package requests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// Tracker says since when a process's threads are accounted, and up to
+// when their intervals are in the store; *account.Accountant is one.
+type Tracker interface {
+	Since(pid uint32) (int64, bool)
+	Watermark() int64
+}
+
+// AccountGrace is how long after the accounting watermark a span must have
+// ended before it is charged: a thread's interval is written when it ends,
+// so a thread that keeps running right after its span has one still open.
+const AccountGrace = 500_000_000
+
+// accountLookback bounds how far back the pass looks for spans still to
+// charge (spans received later than that are charged with nothing known).
+const accountLookback = 10 * 60 * 1_000_000_000
+
+// Account charges the spans that name a thread (thread.id) and have ended
+// early enough with the kernel activity of that thread during the span:
+// CPU it ran, time it was blocked (and where) or runnable, block I/O it
+// submitted. A span's own (self) share excludes its children that ran on
+// the same thread. It writes span_accounting and returns how many spans it
+// charged.
+func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int, error) {
+	limit := tr.Watermark() - AccountGrace
+	pending, err := st.Query(ctx, fmt.Sprintf(`SELECT s.trace_id, s.span_id, s.host, s.pid, s.tid, s.start_ns, s.end_ns
+		FROM spans s ANTI JOIN span_accounting a USING (trace_id, span_id)
+		WHERE s.tid IS NOT NULL AND s.pid IS NOT NULL AND s.end_ns < %d AND s.received_ns > %d
+		ORDER BY s.host, s.pid, s.tid, s.start_ns`, limit, nowNs-accountLookback))
+	if err != nil {
+		return 0, fmt.Errorf("account spans: %w", err)
+	}
+	if len(pending.Rows) == 0 {
+		return 0, nil
+	}
+	type key struct {
+		host     string
+		pid, tid uint32
+	}
+	type pendingSpan struct {
+		trace, span string
+		start, end  int64
+	}
+	groups := map[key][]pendingSpan{}
+	var order []key
+	for _, r := range pending.Rows {
+		k := key{str(r[2]), uint32(i64(r[3])), uint32(i64(r[4]))}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], pendingSpan{str(r[0]), str(r[1]), i64(r[5]), i64(r[6])})
+	}
+	var out []store.SpanAccounting
+	for _, k := range order {
+		spans := groups[k]
+		lo, hi := spans[0].start, spans[0].end
+		for _, s := range spans {
+			lo, hi = min(lo, s.start), max(hi, s.end)
+		}
+		acts, err := st.Query(ctx, fmt.Sprintf(`SELECT kind, start_ns, end_ns, coalesce(wake_ns, 0), kstack, coalesce(bytes, 0)
+			FROM thread_activity WHERE host = %s AND pid = %d AND tid = %d AND end_ns > %d AND start_ns < %d ORDER BY start_ns`,
+			sqlString(k.host), k.pid, k.tid, lo, hi))
+		if err != nil {
+			return 0, fmt.Errorf("account spans: %w", err)
+		}
+		// Children on the same thread, received before or with their
+		// parent, are what a span's self share leaves out.
+		kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.trace_id, c.parent_span_id, c.start_ns, c.end_ns FROM spans c
+			WHERE c.host = %s AND c.pid = %d AND c.tid = %d AND c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d`,
+			sqlString(k.host), k.pid, k.tid, lo, hi))
+		if err != nil {
+			return 0, fmt.Errorf("account spans: %w", err)
+		}
+		children := map[[2]string][]interval{}
+		for _, r := range kids.Rows {
+			p := [2]string{str(r[0]), str(r[1])}
+			children[p] = append(children[p], interval{i64(r[2]), i64(r[3])})
+		}
+		since, tracked := tr.Since(k.pid)
+		for _, s := range spans {
+			a := store.SpanAccounting{TraceID: s.trace, SpanID: s.span, BlockedSites: "[]"}
+			if tracked && since <= s.start {
+				a.Accounted = true
+				charge(&a, interval{s.start, s.end}, children[[2]string{s.trace, s.span}], acts.Rows)
+			}
+			out = append(out, a)
+		}
+	}
+	if err := st.WriteSpanAccounting(ctx, out); err != nil {
+		return 0, err
+	}
+	return len(out), nil
+}
+
+type interval struct{ start, end int64 }
+
+func overlap(a, b interval) int64 {
+	return max(0, min(a.end, b.end)-max(a.start, b.start))
+}
+
+// selfOverlap is the part of x inside span but outside its children.
+func selfOverlap(x, span interval, children []interval) int64 {
+	n := overlap(x, span)
+	if n == 0 {
+		return 0
+	}
+	in := interval{max(x.start, span.start), min(x.end, span.end)}
+	for _, c := range mergeIntervals(children) {
+		n -= overlap(in, c)
+	}
+	return max(n, 0)
+}
+
+func mergeIntervals(xs []interval) []interval {
+	if len(xs) < 2 {
+		return xs
+	}
+	s := append([]interval(nil), xs...)
+	sort.Slice(s, func(i, j int) bool { return s[i].start < s[j].start })
+	out := []interval{s[0]}
+	for _, x := range s[1:] {
+		last := &out[len(out)-1]
+		if x.start <= last.end {
+			last.end = max(last.end, x.end)
+		} else {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// BlockedSite is where a span's thread slept and for how long.
+type BlockedSite struct {
+	Site string `json:"site"`
+	Ns   int64  `json:"ns"`
+}
+
+// charge fills a from the thread's activity rows (kind, start, end, wake,
+// kstack, bytes) during span.
+func charge(a *store.SpanAccounting, span interval, children []interval, rows [][]any) {
+	sites := map[string]int64{}
+	for _, r := range rows {
+		x := interval{i64(r[1]), i64(r[2])}
+		if overlap(x, span) == 0 {
+			continue
+		}
+		switch str(r[0]) {
+		case "cpu":
+			a.CPUNs += overlap(x, span)
+			a.SelfCPUNs += selfOverlap(x, span, children)
+		case "runnable":
+			a.RunnableNs += overlap(x, span)
+			a.SelfRunnableNs += selfOverlap(x, span, children)
+		case "blocked":
+			// Asleep until woken, then waiting for a CPU.
+			asleep, waiting := x, interval{x.end, x.end}
+			if wake := i64(r[3]); wake > x.start && wake < x.end {
+				asleep, waiting = interval{x.start, wake}, interval{wake, x.end}
+			}
+			a.BlockedNs += overlap(asleep, span)
+			self := selfOverlap(asleep, span, children)
+			a.SelfBlockedNs += self
+			a.RunnableNs += overlap(waiting, span)
+			a.SelfRunnableNs += selfOverlap(waiting, span, children)
+			if self > 0 {
+				sites[siteName(r[4])] += self
+			}
+		case "io":
+			// A request belongs to the span it was submitted in.
+			if x.start >= span.start && x.start < span.end {
+				a.IOBytes += i64(r[5])
+				a.IONs += x.end - x.start
+				a.IOCount++
+			}
+		}
+	}
+	list := make([]BlockedSite, 0, len(sites))
+	for s, ns := range sites {
+		list = append(list, BlockedSite{s, ns})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Ns > list[j].Ns })
+	if len(list) > 5 {
+		list = list[:5]
+	}
+	b, _ := json.Marshal(list)
+	a.BlockedSites = string(b)
+}
+
+// siteName is the top of a kernel stack, below the scheduler: what the
+// thread was waiting for.
+func siteName(v any) string {
+	frames, _ := v.([]any)
+	var names []string
+	for _, f := range frames {
+		if s, ok := f.(string); ok {
+			names = append(names, s)
+		}
+		if len(names) == 3 {
+			break
+		}
+	}
+	if len(names) == 0 {
+		return "unknown"
+	}
+	return strings.Join(names, " < ")
+}

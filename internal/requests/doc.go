@@ -1,0 +1,39 @@
+// Package requests answers Stardust's questions (§3.2–§3.3, §5.4) over the
+// spans the OTLP receivers store and the thread activity internal/account
+// records:
+//
+//   - Account charges each span that names its thread (thread.id, with
+//     process.pid) the CPU its thread ran, the time it was blocked (and on
+//     which kernel path) or runnable, and the block I/O it submitted during
+//     the span, into span_accounting; "self" costs leave out children
+//     that ran on the same thread.
+//   - BuildPath reconstructs a request's causal path: the tree of its spans
+//     across services and hosts, the time in each component and between
+//     them, work that outlives its parent (async write-back), and the
+//     batches it was coalesced into through links, whose cost is billed to
+//     each linked request in proportion to the link weights (§3.2.1;
+//     weight from the link attribute holter.weight, default 1).
+//   - BuildGraph aggregates a workload's latency graph (Figure 9): nodes
+//     are the start and end of each service's operations, edges the
+//     latency between them as a distribution; WriteDOT draws it.
+//   - Prune reduces spans older than the retention to per-workload demand
+//     and latency-graph rollups per period T; the views and BuildGraph read
+//     the rollups beside raw spans.
+//   - WriteMetrics exposes the virtual performance counters in Prometheus
+//     text.
+//
+// The counters are SQL views in the store, queryable with holter query:
+//
+//	span_costs        one row per span: service, operation, client, duration,
+//	                  error, and the kernel's account (cpu_ns, self_cpu_ns,
+//	                  blocked_ns, runnable_ns, io_bytes, io_ns, blocked_sites)
+//	request_demand    one row per request (trace): its own kernel demand,
+//	                  the billed share of coalesced work, and the total
+//	service_counters  per service and operation: requests, errors, mean and
+//	                  p50/p90/p99 latency, cpu, blocked time, block I/O
+//	client_demand     per client: requests, errors, cpu, blocked, I/O bytes
+//	                  and time, coalesced work billed in shares
+//
+// The client of a request is the enduser.id (or client.id) attribute some
+// span of its trace carries, else the service of its root span.
+package requests

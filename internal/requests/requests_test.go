@@ -1,0 +1,168 @@
+package requests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holter-dev/holter/internal/store"
+)
+
+const ms = int64(time.Millisecond)
+
+// seed stores n read requests (client → front → storage, front taking
+// 10+i ms before calling storage for 5 ms) starting at base, each with a
+// charged storage span.
+func seed(t *testing.T, st *store.Store, base int64, n int) []string {
+	t.Helper()
+	b := &store.SpanBatch{}
+	var acct []store.SpanAccounting
+	var ids []string
+	for i := 0; i < n; i++ {
+		tr := fmt.Sprintf("%032x", base+int64(i))
+		ids = append(ids, tr)
+		s0 := base + int64(i)*100*ms
+		sp := func(id, parent, svc, name string, start, end int64) store.Span {
+			return store.Span{Host: "h", TraceID: tr, SpanID: id, ParentSpanID: parent, Service: svc, Name: name, Kind: "server",
+				StartNs: start, EndNs: end, StatusCode: "unset", Client: map[bool]string{true: "alice"}[parent == ""],
+				Resource: "{}", Attributes: "{}", Scope: "t", Pid: 1, Tid: 2}
+		}
+		d := int64(i) * ms
+		b.Spans = append(b.Spans,
+			sp("0000000000000001", "", "client", "get", s0, s0+30*ms+d),
+			sp("0000000000000002", "0000000000000001", "front", "GET /item", s0+1*ms, s0+29*ms+d),
+			sp("0000000000000003", "0000000000000002", "storage", "read", s0+11*ms+d, s0+16*ms+d),
+			sp("0000000000000004", "0000000000000002", "front", "write-back", s0+20*ms+d, s0+40*ms+d))
+		acct = append(acct, store.SpanAccounting{TraceID: tr, SpanID: "0000000000000003", Accounted: true,
+			CPUNs: 2 * ms, SelfCPUNs: 2 * ms, BlockedNs: 3 * ms, SelfBlockedNs: 3 * ms, IOBytes: 4096, IOCount: 1, BlockedSites: "[]"})
+	}
+	if err := st.WriteSpans(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteSpanAccounting(context.Background(), acct); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestPathGraphAndPruning(t *testing.T) {
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	ids := seed(t, st, base, 10)
+
+	p, err := BuildPath(ctx, store.Plain(st), ids[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := p.Roots[0].Children[0]
+	if front.Service != "front" || !front.Remote || len(front.Children) != 2 {
+		t.Fatalf("path: %+v", front)
+	}
+	read, wb := front.Children[0], front.Children[1]
+	if read.BeforeNs != 13*ms || !read.Remote || read.Async || !wb.Async || wb.AfterNs != -11*ms {
+		t.Errorf("read before %d remote %v async %v; write-back async %v after %d", read.BeforeNs, read.Remote, read.Async, wb.Async, wb.AfterNs)
+	}
+	if p.Own.CPUNs != float64(2*ms) || p.Own.IOBytes != 4096 || p.Client != "alice" {
+		t.Errorf("own cost %+v client %q", p.Own, p.Client)
+	}
+	if _, err := BuildPath(ctx, store.Plain(st), "nothex"); err == nil {
+		t.Error("a bad trace id is accepted")
+	}
+	if _, err := BuildPath(ctx, store.Plain(st), strings.Repeat("ab", 16)); err == nil {
+		t.Error("an unknown trace has a path")
+	}
+
+	w := Workload{Service: "front", Operation: "GET /item", Client: "alice"}
+	raw, err := BuildGraph(ctx, store.Plain(st), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := func(g *Graph, from, to string) GraphEdge {
+		for _, e := range g.Edges {
+			if e.From == from && e.To == to {
+				return e
+			}
+		}
+		t.Fatalf("no edge %s -> %s in %+v", from, to, g.Edges)
+		return GraphEdge{}
+	}
+	// front waits 10+i ms before calling storage: p50 of 10..19 ms.
+	e := edge(raw, "front:GET /item:start", "storage:read:start")
+	if raw.Paths != 10 || e.N != 10 || e.MinNs != 10*ms || e.MaxNs != 19*ms || e.P50Ns != 14.5*float64(ms) || !e.Remote {
+		t.Errorf("raw edge %+v over %d paths", e, raw.Paths)
+	}
+	if e := edge(raw, "storage:read:end", "front:GET /item:end"); e.MinNs != 13*ms {
+		t.Errorf("return edge %+v", e)
+	}
+	var dot bytes.Buffer
+	raw.WriteDOT(&dot)
+	if !strings.Contains(dot.String(), `"front:GET /item:start" -> "storage:read:start" [label="p50 14.5ms`) {
+		t.Errorf("DOT:\n%s", dot.String())
+	}
+	before, err := st.Query(ctx, `SELECT requests, errors, cpu_ns, io_bytes FROM service_counters WHERE service = 'storage'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Prune everything into 1 s rollups: the same questions, coarser.
+	rep, err := Prune(ctx, st, time.Unix(0, base).Add(time.Hour), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Spans != 40 || rep.EdgeRollups == 0 {
+		t.Fatalf("prune: %+v", rep)
+	}
+	if res, _ := st.Query(ctx, `SELECT count(*) FROM spans`); i64(res.Rows[0][0]) != 0 {
+		t.Fatalf("%v raw spans left", res.Rows[0][0])
+	}
+	rolled, err := BuildGraph(ctx, store.Plain(st), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := edge(rolled, "front:GET /item:start", "storage:read:start")
+	if rolled.Paths != 10 || rolled.RolledUp != 10 || re.N != 10 || re.MinNs != 10*ms || re.MaxNs != 19*ms ||
+		math.Abs(re.P50Ns/e.P50Ns-1) > 0.1 || !re.Remote {
+		t.Errorf("rolled-up edge %+v (raw p50 %v) over %d paths", re, e.P50Ns, rolled.Paths)
+	}
+	after, err := st.Query(ctx, `SELECT requests, errors, cpu_ns, io_bytes FROM service_counters WHERE service = 'storage'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(before.Rows) != fmt.Sprint(after.Rows) {
+		t.Errorf("service counters before pruning %v, after %v", before.Rows, after.Rows)
+	}
+	res, err := st.Query(ctx, `SELECT requests, cpu_ns, io_bytes FROM client_demand WHERE client = 'alice'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || i64(res.Rows[0][0]) != 10 || f64(res.Rows[0][1]) != float64(20*ms) || f64(res.Rows[0][2]) != 40960 {
+		t.Errorf("client demand from rollups: %v", res.Rows)
+	}
+	var metrics bytes.Buffer
+	if err := WriteMetrics(ctx, store.Plain(st), &metrics); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(metrics.String(), `holter_client_requests_total{client="alice"} 10`) {
+		t.Errorf("metrics:\n%s", metrics.String())
+	}
+}
+
+func TestSelfOverlapLeavesOutChildren(t *testing.T) {
+	span := interval{0, 100}
+	kids := []interval{{10, 30}, {20, 40}, {90, 120}}
+	if got := selfOverlap(interval{0, 100}, span, kids); got != 100-30-10 {
+		t.Errorf("self overlap %d, want 60", got)
+	}
+	if got := selfOverlap(interval{35, 95}, span, kids); got != 60-5-5 {
+		t.Errorf("self overlap %d, want 50", got)
+	}
+}
