@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/holter-dev/holter/internal/clock"
 	"os"
 	"strings"
 	"sync"
@@ -211,10 +212,8 @@ func (a *Accountant) Run(ctx context.Context) error {
 
 // flush drains the ring buffer and commits its intervals.
 func (a *Accountant) flush() error {
-	var mono unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
 	now := time.Now().UnixNano()
-	offset := now - mono.Nano()
+	offset := clock.MonoToWall()
 	var out []store.ThreadActivity
 	var rec ringbuf.Record
 	a.reader.SetDeadline(time.Now())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/holter-dev/holter/internal/clock"
 	"hash/fnv"
 	"net/netip"
 	"os"
@@ -40,11 +41,9 @@ type epochState struct {
 }
 
 func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochState {
-	var mono unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
 	return &epochState{
 		gen: gen, number: number, start: start,
-		monoToWall: time.Now().UnixNano() - mono.Nano(),
+		monoToWall: clock.MonoToWall(),
 		bpfNs:      r.bpfRunTime(),
 		userNs:     userCPUTime(),
 		stacks:     map[uint64]store.Stack{},

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/holter-dev/holter/internal/clock"
 	"math"
 	"os"
 	"sort"
@@ -83,9 +84,7 @@ func Start(p *Plan) (*Session, error) {
 	}
 	s := &Session{plan: p, started: time.Now()}
 	s.last = s.started
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	s.bootOff = time.Now().UnixNano() - ts.Nano()
+	s.bootOff = clock.MonoToWall()
 	maps := p.Maps()
 	if agg, ok := maps["aggs"]; ok {
 		for i := range s.inner {
