@@ -35,7 +35,13 @@ type recording struct {
 
 func startRecord(t *testing.T, bin string, args ...string) *recording {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"record"}, args...)...)
+	return startRecordCmd(t, exec.Command(bin, append([]string{"record"}, args...)...))
+}
+
+// startRecordCmd starts a prepared `holter record` command (e.g. one run
+// in a network namespace).
+func startRecordCmd(t *testing.T, cmd *exec.Cmd) *recording {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
