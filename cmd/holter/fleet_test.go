@@ -187,3 +187,69 @@ func stderrOf(err error) string {
 	}
 	return ""
 }
+
+// loopbackAgent reads the address of the recorder recording into dir.
+func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
+	t.Helper()
+	select {
+	case <-r.started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("recorder did not start:\n%s", r.log)
+	}
+	for i := 0; i < 100; i++ {
+		if info, ok := readAgentInfo(dir); ok {
+			return &fleetAgent{name: name, data: dir, api: info.API, rec: r}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no agent.json in %s", dir)
+	return nil
+}
+
+// TestExportOutage stops ClickHouse while a host records, kills and
+// restarts the recorder during the outage, then brings the server back:
+// every epoch recorded meanwhile arrives, exactly once, whole.
+func TestExportOutage(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	ch := testutil.StartClickHouse(t, "127.0.0.1")
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"--data", dir, "--host", "outage", "--epoch", "1s", "--vitals", "cpu,sched", "--budget", "off",
+		"--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--export-rate", "50MB"}
+	r := startRecord(t, bin, args...)
+	a := loopbackAgent(t, r, dir, "outage")
+	t.Cleanup(func() { a.stop() })
+	a.waitShipped(t, 1, 60*time.Second)
+
+	ch.Stop()
+	during := r.waitEpochs(t, 3)
+	// A restart while the server is away: the spool is all there is.
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	<-r.done
+	r = startRecord(t, bin, args...)
+	a = loopbackAgent(t, r, dir, "outage")
+	during = append(during, r.waitEpochs(t, 3)...)
+	if st := a.status(t).Export; st.Connected || st.SpooledBatches == 0 || st.LastError == "" {
+		t.Errorf("during the outage the status should say the server is away and batches wait: %+v", st)
+	}
+	ch.Start()
+	last := during[len(during)-1]
+	shipped := a.waitShipped(t, last, 60*time.Second)
+	a.stop()
+	compareHost(t, bin, ch.URL, "outage", dir, shipped)
+	fleet, _ := clickhouse.New(ch.URL, &clickhouse.Options{Database: "fleet"})
+	res, err := fleet.Query(context.Background(), "SELECT epoch FROM epochs WHERE host = 'outage'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := map[int64]bool{}
+	for _, row := range res.Rows {
+		arrived[row[0].(int64)] = true
+	}
+	for _, e := range during {
+		if !arrived[e] {
+			t.Errorf("epoch %d, committed during the outage, did not arrive", e)
+		}
+	}
+}
