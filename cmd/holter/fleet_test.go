@@ -31,10 +31,13 @@ type fleetAgent struct {
 func startFleetAgent(t *testing.T, bin string, ns *testutil.Netns, name, chURL string) *fleetAgent {
 	t.Helper()
 	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", ns: ns}
-	a.rec = startRecordCmd(t, ns.Command(bin, "record", "--data", a.data, "--host", name, "--epoch", "1s",
-		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token", fleetToken,
-		"--export", chURL, "--export-user", testutil.ClickHouseUser, "--export-password", testutil.ClickHousePassword,
-		"--export-db", "fleet", "--export-rate", "50MB"))
+	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
+		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token", fleetToken}
+	if chURL != "" {
+		args = append(args, "--export", chURL, "--export-user", testutil.ClickHouseUser, "--export-password", testutil.ClickHousePassword,
+			"--export-db", "fleet", "--export-rate", "50MB")
+	}
+	a.rec = startRecordCmd(t, ns.Command(bin, args...))
 	t.Cleanup(func() { a.stop() })
 	// Each host's own work: a busy loop in its namespace.
 	a.workload = ns.Command("sh", "-c", "while :; do :; done")
@@ -251,5 +254,67 @@ func TestExportOutage(t *testing.T) {
 		if !arrived[e] {
 			t.Errorf("epoch %d, committed during the outage, did not arrive", e)
 		}
+	}
+}
+
+// TestFleetTrace runs a live query across two agents in network
+// namespaces, authenticating with their token, and kills one mid-query:
+// the merged intervals say which hosts contributed, the killed one is
+// reported failed, and the query goes on with the other.
+func TestFleetTrace(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	nsA := testutil.NewNetns(t, "holter-ta", 43)
+	nsB := testutil.NewNetns(t, "holter-tb", 44)
+	a := startFleetAgent(t, bin, nsA, "trace-a", "")
+	b := startFleetAgent(t, bin, nsB, "trace-b", "")
+	a.rec.waitEpochs(t, 1)
+	b.rec.waitEpochs(t, 1)
+	// Both agents watch the same kernel: each counts the same events, so
+	// while both answer the merged count is the sum of two agents'.
+	cmd := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--token", fleetToken, "--for", "7s", "--json",
+		"SELECT count(*) AS n FROM syscall.any")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		Rows  []map[string]any
+		Hosts map[string]string
+	}
+	var lines []line
+	dec := json.NewDecoder(stdout)
+	killed := false
+	for {
+		var l line
+		if err := dec.Decode(&l); err != nil {
+			break
+		}
+		lines = append(lines, l)
+		if !killed && len(lines) == 2 {
+			b.rec.cmd.Process.Kill()
+			killed = true
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("holter trace --hosts: %v\n%s\n%v", err, stderr.String(), lines)
+	}
+	if len(lines) < 5 {
+		t.Fatalf("only %d intervals:\n%v\n%s", len(lines), lines, stderr.String())
+	}
+	if lines[0].Hosts[a.api] != "ok" || lines[0].Hosts[b.api] != "ok" {
+		t.Errorf("first interval: both hosts should contribute: %v", lines[0].Hosts)
+	}
+	last := lines[len(lines)-2]
+	if last.Hosts[a.api] != "ok" || !strings.HasPrefix(last.Hosts[b.api], "failed") {
+		t.Errorf("after the kill: %s should contribute and %s be reported failed: %v", a.api, b.api, last.Hosts)
+	}
+	if len(last.Rows) != 1 || last.Rows[0]["n"].(float64) <= 0 {
+		t.Errorf("the surviving host's results should go on: %v", last.Rows)
 	}
 }
