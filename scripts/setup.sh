@@ -18,6 +18,8 @@ command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v chromium >/dev/null || need+=(chromium)
 command -v bpftrace >/dev/null || need+=(bpftrace) # reference for holter trace's agreement tests and benchmarks
+command -v clickhouse-server >/dev/null || need+=(clickhouse-server) # the fleet store the export and fleet tests ship to
+command -v ip >/dev/null || need+=(iproute2) # network namespaces as separate hosts in the fleet tests
 
 if ((${#need[@]})); then
 	echo "setup: installing ${need[*]}" >&2

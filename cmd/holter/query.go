@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
+	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/store"
 )
 
@@ -14,6 +17,7 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("query", stderr)
 	af := addAgentFlags(fs)
 	format := fs.String("format", "table", "output: table, csv or json")
+	sf := addSourceFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -32,11 +36,46 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usagef("unknown format %q (table, csv or json)", *format)
 	}
-	res, err := answer(af, q)
+	var res *store.Result
+	var err error
+	if ch, ok, serr := sf.client(); serr != nil {
+		return serr
+	} else if ok {
+		// The fleet's tables, in ClickHouse's SQL; the server refuses
+		// anything that writes.
+		res, err = ch.QueryReadOnly(context.Background(), q)
+	} else {
+		res, err = answer(af, q)
+	}
 	if err != nil {
 		return err
 	}
 	return write(res, stdout)
+}
+
+// sourceFlags name a ClickHouse server holding a fleet's recordings.
+type sourceFlags struct {
+	url, db, user *string
+}
+
+func addSourceFlags(fs *flag.FlagSet) sourceFlags {
+	return sourceFlags{
+		url:  fs.String("source", "", "read the fleet's recordings from this ClickHouse HTTP URL instead of one host's store (password in $HOLTER_SOURCE_PASSWORD)"),
+		db:   fs.String("source-db", "holter", "ClickHouse database holding the fleet's tables"),
+		user: fs.String("source-user", "", "ClickHouse user"),
+	}
+}
+
+// client is the ClickHouse client these flags name, ok=false without --source.
+func (f sourceFlags) client() (*clickhouse.Client, bool, error) {
+	if *f.url == "" {
+		return nil, false, nil
+	}
+	ch, err := clickhouse.New(*f.url, &clickhouse.Options{Database: *f.db, User: *f.user, Password: os.Getenv("HOLTER_SOURCE_PASSWORD")})
+	if err != nil {
+		return nil, false, usagef("--source: %v", err)
+	}
+	return ch, true, nil
 }
 
 // answer asks the running recorder if there is one, else opens the store.

@@ -10,10 +10,13 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/holter-dev/holter/internal/clickhouse"
+	"github.com/holter-dev/holter/internal/export"
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
@@ -36,8 +39,33 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
 	retainSize := fs.String("retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound")
 	tf := addTracingFlags(fs)
+	hostName := fs.String("host", "", "name this host's rows carry (default: the hostname)")
+	exportURL := fs.String("export", "", "ship every committed epoch to this ClickHouse HTTP URL (e.g. http://ch:8123)")
+	exportDB := fs.String("export-db", "holter", "ClickHouse database to ship into (created if missing)")
+	exportUser := fs.String("export-user", "", "ClickHouse user")
+	exportPassword := fs.String("export-password", "", "ClickHouse password (or $HOLTER_EXPORT_PASSWORD, kept out of ps)")
+	exportSpool := fs.String("export-spool", "256MB", "size limit of the on-disk spool of unshipped batches; beyond it the oldest are dropped and counted")
+	exportRate := fs.String("export-rate", "2MB", "bytes per second shipping may use")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var exportOpts *export.Options
+	if *exportURL != "" {
+		pw := *exportPassword
+		if pw == "" {
+			pw = os.Getenv("HOLTER_EXPORT_PASSWORD")
+		}
+		ch, err := clickhouse.New(*exportURL, &clickhouse.Options{Database: *exportDB, User: *exportUser, Password: pw})
+		if err != nil {
+			return usagef("--export: %v", err)
+		}
+		exportOpts = &export.Options{Client: ch}
+		if exportOpts.SpoolLimit, err = parseBytes(*exportSpool); err != nil {
+			return usagef("--export-spool: %v", err)
+		}
+		if exportOpts.Rate, err = parseBytes(*exportRate); err != nil || exportOpts.Rate == 0 {
+			return usagef("--export-rate: %q is not a positive size per second", *exportRate)
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -105,8 +133,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
 	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz, Budget: budgetFrac,
-		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf}
-	if cfg.FirstEpoch, err = st.NextEpoch(context.Background(), hostname()); err != nil {
+		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
+	if cfg.Host == "" {
+		cfg.Host = hostname()
+	}
+	if cfg.FirstEpoch, err = st.NextEpoch(context.Background(), cfg.Host); err != nil {
 		return err
 	}
 	rec, err := recorder.New(cfg)
@@ -117,6 +148,30 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	status := rec.Status
+	var exporter *export.Exporter
+	if exportOpts != nil {
+		exportOpts.Store, exportOpts.Host, exportOpts.Logf = st, cfg.Host, logf
+		exportOpts.SpoolDir = filepath.Join(*data, "export-spool")
+		if exporter, err = export.New(*exportOpts); err != nil {
+			return err
+		}
+		shipCtx, stopShipping := context.WithCancel(context.Background())
+		shipped := make(chan struct{})
+		go func() {
+			defer close(shipped)
+			exporter.Run(shipCtx)
+		}()
+		defer func() { stopShipping(); <-shipped }()
+		status = func() recorder.Status {
+			s := rec.Status()
+			es := exporter.Status()
+			s.Export = &es
+			return s
+		}
+		logf("exporting to %s (database %s), spool in %s", exportOpts.Client.URL(), exportOpts.Client.Database(), exportOpts.SpoolDir)
+	}
 
 	if *api != "" {
 		setVital := func(name string, on bool) error {
@@ -132,7 +187,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			}
 			return nil
 		}
-		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: rec.Status, SetVital: setVital, AddRun: st.AddRun})
+		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: status, SetVital: setVital, AddRun: st.AddRun})
 		if err != nil {
 			return err
 		}
@@ -161,6 +216,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		wrote := time.Since(began)
 		online.afterEpoch(e)
 		analysed := time.Since(began) - wrote
+		if exporter != nil {
+			if err := exporter.Committed(context.Background(), e.Epoch); err != nil {
+				logf("export: %v", err)
+			}
+		}
 		if time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
 			rep, err := st.Prune(context.Background(), retention, lastPrune)
@@ -213,20 +273,22 @@ func parseBudget(s string) (float64, error) {
 	return v / 100, nil
 }
 
-// parseBytes reads a size such as 500MB, 10GiB or 2G (powers of 1024).
+// parseBytes reads a size like 256MB, 64KiB or 1000.
 func parseBytes(s string) (int64, error) {
-	if s == "0" || s == "" {
-		return 0, nil
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || n < 0 || n*u.mult > 1<<62 {
+				return 0, fmt.Errorf("%q is not a size like 256MB", s)
+			}
+			return int64(n * u.mult), nil
+		}
 	}
-	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
-	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
-	unit = strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "I")
-	shift, ok := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[unit]
-	var n int64
-	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || !ok || n <= 0 || n > 1<<(62-shift) {
-		return 0, fmt.Errorf("%q is not a size like 500MB or 10GiB", s)
-	}
-	return n << shift, nil
+	return 0, fmt.Errorf("%q is not a size like 256MB", s)
 }
 
 // parseAge reads a duration that may also be given in days ("7d").

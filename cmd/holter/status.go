@@ -89,6 +89,20 @@ func printStatus(w io.Writer, s *recorder.Status) {
 	}
 	fmt.Fprintf(w, "kernel memory: sketch maps %d KiB; other maps %d KiB (%s)\n",
 		sketchBytes/1024, otherBytes/1024, strings.Join(others, ", "))
+	if x := s.Export; x != nil {
+		state := "connected to ClickHouse " + x.Server
+		if !x.Connected {
+			state = "not connected"
+		}
+		fmt.Fprintf(w, "export to %s (database %s): %s; shipped %d batches, %d rows, through epoch %d; spool %d batches, %d of %d KiB\n",
+			x.URL, x.Database, state, x.ShippedBatches, x.ShippedRows, x.LastShippedEpoch, x.SpooledBatches, x.SpooledBytes/1024, x.SpoolLimit/1024)
+		if x.DroppedBatches > 0 {
+			fmt.Fprintf(w, "export: spool full, dropped %d batches (%d rows), oldest first\n", x.DroppedBatches, x.DroppedRows)
+		}
+		if x.LastError != "" {
+			fmt.Fprintf(w, "export: last error at %s: %s\n", x.LastErrorAt.Format("15:04:05"), x.LastError)
+		}
+	}
 }
 
 func runVitals(args []string, stdout, stderr io.Writer) error {

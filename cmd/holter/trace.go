@@ -36,6 +36,8 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	unsafeRead := fs.Bool("unsafe-read", false, "allow str() to read user memory at arbitrary addresses")
 	mapSize := fs.Int("map-size", 0, "keys the aggregation map holds per interval (default 10240)")
 	local := fs.Bool("local", false, "run here even if a recorder's API answers")
+	hostList := fs.String("hosts", "", "run across these agents (HOST:PORT,…; --token is theirs), merging their partial aggregates")
+	hostsFile := fs.String("hosts-file", "", "file listing agents (HOST:PORT, one a line) to run across")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: holter trace [flags] \"SELECT … FROM source …\" | @READY\n\nready queries: %s\n\n", strings.Join(tracequery.LibraryNames(), " "))
 		fs.PrintDefaults()
@@ -62,6 +64,23 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := &traceOutput{w: stdout, json: *asJSON, tty: isTerminal(stdout)}
+	hosts, err := readHosts(*hostList, *hostsFile)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if len(hosts) > 0 {
+		tracequery.EnsureTraceFS() // the coordinator compiles against its own catalog
+		plan, err := tracequery.Compile(text, &tracequery.Catalog{KernelFuncProbe: probeKernelFuncs},
+			&tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize})
+		if err != nil {
+			return err
+		}
+		req := server.TraceRequest{Query: text, Interval: interval.String(), UnsafeRead: *unsafeRead, MapSize: *mapSize}
+		if *dur > 0 {
+			req.For = dur.String()
+		}
+		return traceFanOut(ctx, hosts, *af.token, plan, req, *interval, out)
+	}
 	if !*local {
 		if c, ok := af.agent(); ok {
 			req := server.TraceRequest{Query: text, Interval: interval.String(), Save: *save, UnsafeRead: *unsafeRead,
@@ -176,6 +195,8 @@ func isTerminal(w io.Writer) bool {
 type traceOutput struct {
 	w         io.Writer
 	json, tty bool
+	// hosts, across hosts, says per host whether it contributed.
+	hosts map[string]string
 }
 
 func (o *traceOutput) write(start, end time.Time, res *store.Result, counters map[string]uint64, hist map[string]bool) error {
@@ -188,13 +209,20 @@ func (o *traceOutput) write(start, end time.Time, res *store.Result, counters ma
 				rows[i][res.Columns[j]] = v
 			}
 		}
-		return json.NewEncoder(o.w).Encode(map[string]any{"start": start.UTC(), "end": end.UTC(), "rows": rows, "counters": counters})
+		line := map[string]any{"start": start.UTC(), "end": end.UTC(), "rows": rows, "counters": counters}
+		if o.hosts != nil {
+			line["hosts"] = o.hosts
+		}
+		return json.NewEncoder(o.w).Encode(line)
 	}
 	var b strings.Builder
 	if o.tty {
 		b.WriteString("\x1b[H\x1b[2J")
 	}
 	fmt.Fprintf(&b, "%s – %s\n", start.Format("15:04:05.000"), end.Format("15:04:05.000"))
+	if o.hosts != nil {
+		b.WriteString(hostsLine(o.hosts) + "\n")
+	}
 	// Histogram columns print as bars under the table.
 	plain := &store.Result{Types: res.Types}
 	var histIdx []int
@@ -316,6 +344,27 @@ func human(x float64) string {
 
 // traceViaAgent runs the query in the recorder and prints its stream.
 func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out *traceOutput) error {
+	err := c.trace(ctx, req, func(line *server.TraceLine) error {
+		switch {
+		case line.Error != "":
+			return apiError{line.Error}
+		case line.Explain != "":
+			_, err := io.WriteString(out.w, line.Explain)
+			return err
+		case line.Result != nil:
+			return out.write(*line.Start, *line.End, line.Result, line.Counters, nil)
+		}
+		return nil
+	})
+	if err != nil && !errors.As(err, new(apiError)) {
+		return fmt.Errorf("trace through the recorder at %s: %w", c.base, err)
+	}
+	return err
+}
+
+// trace posts a live query to the recorder and hands each NDJSON line of
+// its answer to each; the end of ctx ends it without an error.
+func (c *client) trace(ctx context.Context, req server.TraceRequest, each func(*server.TraceLine) error) error {
 	body, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/api/trace", bytes.NewReader(body))
 	if err != nil {
@@ -329,7 +378,7 @@ func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out 
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("trace through the recorder at %s: %w", c.base, err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -344,22 +393,17 @@ func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out 
 	for sc.Scan() {
 		var line server.TraceLine
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return fmt.Errorf("trace through the recorder: %w", err)
+			return fmt.Errorf("bad answer: %w", err)
 		}
-		switch {
-		case line.Error != "":
-			return apiError{line.Error}
-		case line.Explain != "":
-			_, err := io.WriteString(out.w, line.Explain)
+		if err := each(&line); err != nil {
 			return err
-		case line.Result != nil:
-			if err := out.write(*line.Start, *line.End, line.Result, line.Counters, nil); err != nil {
-				return err
-			}
 		}
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("stream broke: %w", err)
+	}
+	return nil
 }

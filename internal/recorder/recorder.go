@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/holter-dev/holter/internal/export"
 	"github.com/holter-dev/holter/internal/sketch"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/symbol"
@@ -130,6 +131,8 @@ type Status struct {
 	BudgetPercent float64       `json:"budget_percent"`
 	Vitals        []VitalStatus `json:"vitals"`
 	KernelMemory  []MapMemory   `json:"kernel_memory"`
+	// Export is the shipping to ClickHouse, when the recorder exports.
+	Export *export.Status `json:"export,omitempty"`
 }
 
 // pollInterval is how often the sample ring buffer is read. The BPF side

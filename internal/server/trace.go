@@ -21,6 +21,9 @@ type TraceRequest struct {
 	UnsafeRead bool   `json:"unsafe_read,omitempty"`
 	MapSize    int    `json:"map_size,omitempty"`
 	Explain    bool   `json:"explain,omitempty"`
+	// Partials asks for each interval's partial rows, for a coordinator
+	// running the query across hosts (holter trace --hosts).
+	Partials bool `json:"partials,omitempty"`
 }
 
 // TraceLine is one NDJSON line of the answer: an interval, an explanation,
@@ -54,7 +57,7 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 			writeError(w, http.StatusBadRequest, "no ready query "+req.Query)
 			return
 		}
-		var ro tracequery.RunOptions
+		ro := tracequery.RunOptions{Partials: req.Partials}
 		for _, d := range []struct {
 			s   string
 			dst *time.Duration
@@ -69,6 +72,9 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 			}
 			*d.dst = v
 		}
+		// The catalog reads tracefs, which a fresh mount namespace (ip
+		// netns exec, a container) may lack.
+		tracequery.EnsureTraceFS()
 		plan, err := tracequery.Compile(text, nil, &tracequery.Options{UnsafeRead: req.UnsafeRead, MapSize: req.MapSize})
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())

@@ -66,6 +66,9 @@ type RunOptions struct {
 	Duration time.Duration // 0: until ctx ends
 	// Attached, if set, is called once the probes are attached.
 	Attached func()
+	// Partials hands back each interval's partial rows instead of the
+	// query's answer, for a coordinator to merge across hosts (Merger).
+	Partials bool
 }
 
 // Run starts the plan's probes, flushes every interval and calls each with
@@ -80,6 +83,7 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 		return err
 	}
 	defer s.Close()
+	s.partials = ro.Partials
 	if ro.Attached != nil {
 		ro.Attached()
 	}

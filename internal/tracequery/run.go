@@ -67,10 +67,11 @@ type Session struct {
 	events   [][]any
 	userLost uint64
 
-	db     *sql.DB
-	kernel *symbol.Kernel
-	users  *symbol.Resolver
-	wg     sync.WaitGroup
+	db       *sql.DB
+	partials bool // hand back partial rows; the user-space part runs elsewhere
+	kernel   *symbol.Kernel
+	users    *symbol.Resolver
+	wg       sync.WaitGroup
 }
 
 // Start loads and attaches the plan's probes.
@@ -711,6 +712,12 @@ func (s *Session) flushStream(ctx context.Context) (*store.Result, error) {
 
 // userPart runs the plan's user-space SQL over rows in an in-memory DuckDB.
 func (s *Session) userPart(ctx context.Context, table string, cols, types []string, rows [][]any) (*store.Result, error) {
+	if s.partials {
+		if rows == nil {
+			rows = [][]any{}
+		}
+		return &store.Result{Columns: cols, Types: types, Rows: rows}, nil
+	}
 	if s.db == nil {
 		c, err := duckdb.NewConnector("", func(e driver.ExecerContext) error {
 			_, err := e.ExecContext(ctx, "SET threads=1; SET enable_external_access=false", nil)

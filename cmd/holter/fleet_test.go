@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holter-dev/holter/internal/clickhouse"
+	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/testutil"
+)
+
+const fleetToken = "fleet-token"
+
+// fleetAgent is a recorder running as its own "host" in a network
+// namespace, exporting to ClickHouse.
+type fleetAgent struct {
+	name, data, api string
+	ns              *testutil.Netns
+	rec             *recording
+	workload        *exec.Cmd
+}
+
+func startFleetAgent(t *testing.T, bin string, ns *testutil.Netns, name, chURL string) *fleetAgent {
+	t.Helper()
+	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", ns: ns}
+	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
+		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token", fleetToken}
+	if chURL != "" {
+		args = append(args, "--export", chURL, "--export-user", testutil.ClickHouseUser, "--export-password", testutil.ClickHousePassword,
+			"--export-db", "fleet", "--export-rate", "50MB")
+	}
+	a.rec = startRecordCmd(t, ns.Command(bin, args...))
+	t.Cleanup(func() { a.stop() })
+	// Each host's own work: a busy loop in its namespace.
+	a.workload = ns.Command("sh", "-c", "while :; do :; done")
+	if err := a.workload.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *fleetAgent) stop() {
+	if a.workload != nil && a.workload.Process != nil {
+		a.workload.Process.Kill()
+		a.workload.Wait()
+		a.workload = nil
+	}
+	if a.rec != nil && a.rec.cmd.ProcessState == nil {
+		a.rec.cmd.Process.Signal(syscall.SIGINT)
+		a.rec.cmd.Wait()
+		<-a.rec.done
+	}
+}
+
+// status asks the agent's API (from the root namespace, with the token).
+func (a *fleetAgent) status(t *testing.T) *recorder.Status {
+	t.Helper()
+	c := newClient(a.api, fleetToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.status(ctx)
+	if err != nil {
+		t.Fatalf("status of %s: %v\n%s", a.name, err, a.rec.log)
+	}
+	return st
+}
+
+// waitShipped waits until the agent has shipped past epoch n.
+func (a *fleetAgent) waitShipped(t *testing.T, n int64, within time.Duration) int64 {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if st := a.status(t); st.Export != nil && st.Export.LastShippedEpoch > n {
+			return st.Export.LastShippedEpoch
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st := a.status(t)
+	b, _ := json.Marshal(st.Export)
+	t.Fatalf("%s did not ship past epoch %d within %v: %s\n%s", a.name, n, within, b, a.rec.log)
+	return 0
+}
+
+// perEpoch is a per-epoch summary that must agree between a host's store
+// and ClickHouse: sample count, cpu weight, vitals rows.
+const perEpochLocal = `SELECT e.epoch, e.samples, (SELECT count(*) FROM samples s WHERE s.host = e.host AND s.epoch = e.epoch),
+	(SELECT coalesce(sum(weight_sum), 0) FROM vitals v WHERE v.host = e.host AND v.epoch = e.epoch)
+	FROM epochs e WHERE e.host = $1 AND e.epoch < $2 ORDER BY e.epoch`
+
+// ClickHouse 18.16 joins two tables per SELECT: the joins nest.
+const perEpochFleet = `SELECT epoch, samples, n, w FROM (
+		SELECT epoch, samples, n FROM (SELECT epoch, samples FROM epochs WHERE host = '%[1]s' AND epoch < %[2]d)
+		ANY LEFT JOIN (SELECT epoch, count() AS n FROM samples WHERE host = '%[1]s' GROUP BY epoch) USING epoch)
+	ANY LEFT JOIN (SELECT epoch, sum(weight_sum) AS w FROM vitals WHERE host = '%[1]s' GROUP BY epoch) USING epoch
+	ORDER BY epoch`
+
+func summary(res *store.Result) []string {
+	var out []string
+	for _, r := range res.Rows {
+		var cells []string
+		for _, c := range r {
+			cells = append(cells, fmt.Sprint(c))
+		}
+		out = append(out, strings.Join(cells, ","))
+	}
+	return out
+}
+
+// compareHost checks that every epoch of the host before `before` is in
+// ClickHouse exactly once, with the same samples and vitals as the host's
+// own store. The agent must be stopped (its store is opened).
+func compareHost(t *testing.T, bin, chURL, host, data string, before int64) {
+	t.Helper()
+	st, err := store.Open(data, &store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := st.Query(context.Background(), perEpochLocal, host, before)
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Through the CLI, as a user would ask the fleet.
+	out, err := exec.Command(bin, "query", "--source", chURL, "--source-db", "fleet", "--format", "csv",
+		fmt.Sprintf(perEpochFleet, host, before)).Output()
+	if err != nil {
+		t.Fatalf("holter query --source: %v: %s", err, stderrOf(err))
+	}
+	want, got := summary(local), strings.Split(strings.TrimSpace(string(out)), "\n")[1:]
+	if len(want) < 2 {
+		t.Fatalf("%s: only %d epochs to compare", host, len(want))
+	}
+	if strings.Join(want, "\n") != strings.Join(got, "\n") {
+		t.Errorf("%s: per-epoch epoch/samples/sample rows/weight differ\nlocal store:\n%s\nClickHouse:\n%s",
+			host, strings.Join(want, "\n"), strings.Join(got, "\n"))
+	}
+	ch, _ := clickhouse.New(chURL, &clickhouse.Options{Database: "fleet"})
+	dups, err := ch.Query(context.Background(), fmt.Sprintf(`SELECT epoch, count() AS c FROM epochs WHERE host = '%s' GROUP BY epoch HAVING c > 1`, host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dups.Rows) > 0 {
+		t.Errorf("%s: epochs that arrived more than once: %v", host, dups.Rows)
+	}
+}
+
+// TestFleetExport runs two agents as separate hosts in network namespaces,
+// each recording its own busy loop and shipping to one ClickHouse server
+// reached over the namespaces' veths: both hosts' epochs arrive, and the
+// fleet's per-host, per-epoch numbers match each host's own store.
+func TestFleetExport(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	nsA := testutil.NewNetns(t, "holter-fa", 41)
+	nsB := testutil.NewNetns(t, "holter-fb", 42)
+	ch := testutil.StartClickHouse(t, "127.0.0.1", nsA.HostIP, nsB.HostIP)
+	port := ch.URL[strings.LastIndex(ch.URL, ":")+1:]
+	a := startFleetAgent(t, bin, nsA, "fleet-a", "http://"+nsA.HostIP+":"+port)
+	b := startFleetAgent(t, bin, nsB, "fleet-b", "http://"+nsB.HostIP+":"+port)
+	a.rec.waitEpochs(t, 3)
+	b.rec.waitEpochs(t, 3)
+	shippedA := a.waitShipped(t, 2, 60*time.Second)
+	shippedB := b.waitShipped(t, 2, 60*time.Second)
+	if st := a.status(t).Export; st.Server == "" || st.DroppedBatches != 0 {
+		t.Errorf("fleet-a export status: %+v", st)
+	}
+	a.stop()
+	b.stop()
+	compareHost(t, bin, ch.URL, "fleet-a", a.data, shippedA)
+	compareHost(t, bin, ch.URL, "fleet-b", b.data, shippedB)
+	// Host selector material: the fleet knows both hosts.
+	out, err := exec.Command(bin, "query", "--source", ch.URL, "--source-db", "fleet", "--format", "csv",
+		"SELECT DISTINCT host FROM epochs ORDER BY host").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "host\nfleet-a\nfleet-b" {
+		t.Errorf("hosts in ClickHouse: %q, %v", out, err)
+	}
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+// loopbackAgent reads the address of the recorder recording into dir.
+func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
+	t.Helper()
+	select {
+	case <-r.started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("recorder did not start:\n%s", r.log)
+	}
+	for i := 0; i < 100; i++ {
+		if info, ok := readAgentInfo(dir); ok {
+			return &fleetAgent{name: name, data: dir, api: info.API, rec: r}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no agent.json in %s", dir)
+	return nil
+}
+
+// TestExportOutage stops ClickHouse while a host records, kills and
+// restarts the recorder during the outage, then brings the server back:
+// every epoch recorded meanwhile arrives, exactly once, whole.
+func TestExportOutage(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	ch := testutil.StartClickHouse(t, "127.0.0.1")
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"--data", dir, "--host", "outage", "--epoch", "1s", "--vitals", "cpu,sched", "--budget", "off",
+		"--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--export-rate", "50MB"}
+	r := startRecord(t, bin, args...)
+	a := loopbackAgent(t, r, dir, "outage")
+	t.Cleanup(func() { a.stop() })
+	a.waitShipped(t, 1, 60*time.Second)
+
+	ch.Stop()
+	during := r.waitEpochs(t, 3)
+	// A restart while the server is away: the spool is all there is.
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	<-r.done
+	r = startRecord(t, bin, args...)
+	a = loopbackAgent(t, r, dir, "outage")
+	during = append(during, r.waitEpochs(t, 3)...)
+	if st := a.status(t).Export; st.Connected || st.SpooledBatches == 0 || st.LastError == "" {
+		t.Errorf("during the outage the status should say the server is away and batches wait: %+v", st)
+	}
+	ch.Start()
+	last := during[len(during)-1]
+	shipped := a.waitShipped(t, last, 60*time.Second)
+	a.stop()
+	compareHost(t, bin, ch.URL, "outage", dir, shipped)
+	fleet, _ := clickhouse.New(ch.URL, &clickhouse.Options{Database: "fleet"})
+	res, err := fleet.Query(context.Background(), "SELECT epoch FROM epochs WHERE host = 'outage'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := map[int64]bool{}
+	for _, row := range res.Rows {
+		arrived[row[0].(int64)] = true
+	}
+	for _, e := range during {
+		if !arrived[e] {
+			t.Errorf("epoch %d, committed during the outage, did not arrive", e)
+		}
+	}
+}
+
+// TestFleetTrace runs a live query across two agents in network
+// namespaces, authenticating with their token, and kills one mid-query:
+// the merged intervals say which hosts contributed, the killed one is
+// reported failed, and the query goes on with the other.
+func TestFleetTrace(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	nsA := testutil.NewNetns(t, "holter-ta", 43)
+	nsB := testutil.NewNetns(t, "holter-tb", 44)
+	a := startFleetAgent(t, bin, nsA, "trace-a", "")
+	b := startFleetAgent(t, bin, nsB, "trace-b", "")
+	a.rec.waitEpochs(t, 1)
+	b.rec.waitEpochs(t, 1)
+	// Both agents watch the same kernel: each counts the same events, so
+	// while both answer the merged count is the sum of two agents'.
+	cmd := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--token", fleetToken, "--for", "7s", "--json",
+		"SELECT count(*) AS n FROM syscall.any")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		Rows  []map[string]any
+		Hosts map[string]string
+	}
+	var lines []line
+	dec := json.NewDecoder(stdout)
+	killed := false
+	for {
+		var l line
+		if err := dec.Decode(&l); err != nil {
+			break
+		}
+		lines = append(lines, l)
+		if !killed && len(lines) == 2 {
+			b.rec.cmd.Process.Kill()
+			killed = true
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("holter trace --hosts: %v\n%s\n%v", err, stderr.String(), lines)
+	}
+	if len(lines) < 5 {
+		t.Fatalf("only %d intervals:\n%v\n%s", len(lines), lines, stderr.String())
+	}
+	if lines[0].Hosts[a.api] != "ok" || lines[0].Hosts[b.api] != "ok" {
+		t.Errorf("first interval: both hosts should contribute: %v", lines[0].Hosts)
+	}
+	last := lines[len(lines)-2]
+	if last.Hosts[a.api] != "ok" || !strings.HasPrefix(last.Hosts[b.api], "failed") {
+		t.Errorf("after the kill: %s should contribute and %s be reported failed: %v", a.api, b.api, last.Hosts)
+	}
+	if len(last.Rows) != 1 || last.Rows[0]["n"].(float64) <= 0 {
+		t.Errorf("the surviving host's results should go on: %v", last.Rows)
+	}
+}

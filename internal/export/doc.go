@@ -1,0 +1,24 @@
+// Package export ships a host's committed epochs to ClickHouse, the
+// fleet's store (Chopstix §2.2's central aggregator; Stardust §3.4's
+// low-priority, small-chunk shipping).
+//
+// After each commit the recorder hands the epoch number to Committed,
+// which reads what the epoch added to every shipped table (Table; new
+// tables ship by being listed) and writes it as batches into an on-disk
+// spool in the data directory. Run sends the oldest batch, one at a time,
+// within a byte rate; what ClickHouse has not acknowledged stays in the
+// spool across outages and restarts. The spool has a size limit; over it
+// the oldest batches are dropped and counted in Status.
+//
+// Exactly once: a batch is one INSERT of fewer rows than the server's
+// block size, so it arrives wholly or not at all, and every row carries
+// its batch id (_batch). A batch that may have arrived — its send failed,
+// or an earlier process spooled it — is looked up by id before it is sent
+// again. Tables whose rows later epochs rewrite (rollups, findings, stacks)
+// are ReplacingMergeTrees NAME_rows keyed like the store, versioned by
+// epoch, read through a view NAME that selects FINAL.
+//
+// The ClickHouse schema is derived from the store's: holter creates the
+// database and tables and adds the columns a newer store has. Only SQL the
+// Debian-packaged 18.16 server and current servers both accept is used.
+package export

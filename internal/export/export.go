@@ -1,0 +1,453 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/holter-dev/holter/internal/clickhouse"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// Source is the local store the exporter reads committed epochs from;
+// *store.Store is one.
+type Source interface {
+	Query(ctx context.Context, sql string, args ...any) (*store.Result, error)
+}
+
+// Options configures an Exporter.
+type Options struct {
+	Client *clickhouse.Client
+	Store  Source
+	Host   string
+	// SpoolDir holds the batches ClickHouse has not acknowledged.
+	SpoolDir string
+	// SpoolLimit bounds the spool's bytes; beyond it the oldest batches
+	// are dropped and counted. 0 means DefaultSpoolLimit.
+	SpoolLimit int64
+	// Rate bounds the bytes shipped per second; 0 means DefaultRate.
+	Rate int64
+	// Tables to ship; nil means DefaultTables().
+	Tables []Table
+	Logf   func(format string, args ...any)
+}
+
+const (
+	DefaultSpoolLimit = 256 << 20
+	DefaultRate       = 2 << 20
+)
+
+// Exporter ships committed epochs to ClickHouse.
+type Exporter struct {
+	opts   Options
+	spool  *spool
+	tables []Table
+	cols   map[string][]column
+	once   map[string]map[string]bool
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is what holter status says about shipping.
+type Status struct {
+	URL              string    `json:"url"`
+	Database         string    `json:"database"`
+	Server           string    `json:"server_version,omitempty"`
+	Connected        bool      `json:"connected"`
+	SpooledBatches   int       `json:"spooled_batches"`
+	SpooledBytes     int64     `json:"spooled_bytes"`
+	SpoolLimit       int64     `json:"spool_limit_bytes"`
+	ShippedBatches   uint64    `json:"shipped_batches"`
+	ShippedRows      uint64    `json:"shipped_rows"`
+	ShippedBytes     uint64    `json:"shipped_bytes"`
+	AlreadyThere     uint64    `json:"batches_found_already_shipped"`
+	DroppedBatches   uint64    `json:"dropped_batches"`
+	DroppedRows      uint64    `json:"dropped_rows"`
+	LastSpooledEpoch int64     `json:"last_spooled_epoch"`
+	LastShippedEpoch int64     `json:"last_shipped_epoch"`
+	LastError        string    `json:"last_error,omitempty"`
+	LastErrorAt      time.Time `json:"last_error_at,omitzero"`
+}
+
+// New opens the spool; Run ships.
+func New(opts Options) (*Exporter, error) {
+	if opts.Client == nil || opts.Store == nil || opts.Host == "" || opts.SpoolDir == "" {
+		return nil, errors.New("export: client, store, host and spool directory are required")
+	}
+	if opts.SpoolLimit == 0 {
+		opts.SpoolLimit = DefaultSpoolLimit
+	}
+	if opts.Rate == 0 {
+		opts.Rate = DefaultRate
+	}
+	if opts.Tables == nil {
+		opts.Tables = DefaultTables()
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	sp, err := openSpool(opts.SpoolDir, opts.SpoolLimit)
+	if err != nil {
+		return nil, err
+	}
+	e := &Exporter{opts: opts, spool: sp, tables: opts.Tables, cols: map[string][]column{}, once: map[string]map[string]bool{}}
+	e.status = Status{URL: opts.Client.URL(), Database: opts.Client.Database(), SpoolLimit: opts.SpoolLimit, LastShippedEpoch: -1}
+	ctx := context.Background()
+	for i := range e.tables {
+		t := &e.tables[i]
+		cols, err := storeColumns(ctx, opts.Store, t.Name)
+		if err != nil {
+			return nil, fmt.Errorf("export: %w", err)
+		}
+		e.cols[t.Name] = cols
+		for _, k := range t.Key {
+			if !hasColumn(cols, k) {
+				return nil, fmt.Errorf("export: table %s has no key column %s", t.Name, k)
+			}
+		}
+	}
+	return e, nil
+}
+
+func hasColumn(cols []column, name string) bool {
+	for _, c := range cols {
+		if c.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Committed spools every epoch of the host committed up to epoch that is
+// not spooled yet — after a restart, the ones committed while the exporter
+// was not running. It runs on the recorder's committer, after the commit:
+// reading and writing small files, never waiting for the network.
+func (e *Exporter) Committed(ctx context.Context, epoch int64) error {
+	last := e.spool.lastEpoch()
+	if last < 0 {
+		last = epoch - 1 // a new spool starts with the epoch at hand
+	}
+	res, err := e.opts.Store.Query(ctx, `SELECT epoch, start_ns, end_ns FROM epochs WHERE host = $1 AND epoch > $2 AND epoch <= $3 ORDER BY epoch`,
+		e.opts.Host, last, epoch)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	for _, r := range res.Rows {
+		n, start, end := toInt(r[0]), toInt(r[1]), toInt(r[2])
+		batches, err := e.batches(ctx, n, start, end)
+		if err != nil {
+			return err
+		}
+		if err := e.spool.add(n, batches); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batches reads what epoch n added to each table, as batches.
+func (e *Exporter) batches(ctx context.Context, n, start, end int64) ([]*batch, error) {
+	var out []*batch
+	for i := range e.tables {
+		t := &e.tables[i]
+		// Every parameter is named once up front: DuckDB wants each one
+		// given to appear in the statement.
+		q := `WITH _params AS (SELECT $1 AS h, $2 AS e, $3 AS s, $4 AS en) ` + t.Rows
+		res, err := e.opts.Store.Query(ctx, q, e.opts.Host, n, start, end)
+		if err != nil {
+			return nil, fmt.Errorf("export %s of epoch %d: %w", t.Name, n, err)
+		}
+		keyIdx := keyIndexes(res.Columns, t.Key)
+		chunk := t.Chunk
+		if chunk <= 0 {
+			chunk = DefaultChunk
+		}
+		var buf bytes.Buffer
+		rows := 0
+		flush := func() {
+			if rows == 0 {
+				return
+			}
+			id := fmt.Sprintf("%s/%d/%s/%d", e.opts.Host, n, t.Name, len(out))
+			// The batch id is in every row, so whether a batch arrived can
+			// be asked of the server.
+			data := bytes.ReplaceAll(buf.Bytes(), []byte(`"_batch":""`), []byte(`"_batch":`+jsonString(id)))
+			out = append(out, &batch{batchHeader: batchHeader{ID: id, Table: t.Name, Epoch: n, Rows: rows}, data: data})
+			buf = bytes.Buffer{}
+			rows = 0
+		}
+		for _, r := range res.Rows {
+			if t.Once {
+				k := keyOf(r, keyIdx)
+				if e.once[t.Name][k] {
+					continue
+				}
+				if e.once[t.Name] == nil {
+					e.once[t.Name] = map[string]bool{}
+				}
+				e.once[t.Name][k] = true
+			}
+			if err := encodeRow(&buf, res.Columns, r, e.cols[t.Name], n); err != nil {
+				return nil, fmt.Errorf("export %s of epoch %d: %w", t.Name, n, err)
+			}
+			if rows++; rows == chunk {
+				flush()
+			}
+		}
+		flush()
+	}
+	return out, nil
+}
+
+func keyIndexes(cols, key []string) []int {
+	var idx []int
+	for _, k := range key {
+		for i, c := range cols {
+			if c == k {
+				idx = append(idx, i)
+			}
+		}
+	}
+	return idx
+}
+
+func keyOf(r []any, idx []int) string {
+	var parts []string
+	for _, i := range idx {
+		parts = append(parts, fmt.Sprint(r[i]))
+	}
+	return strings.Join(parts, "\x00")
+}
+
+// encodeRow writes one JSONEachRow line, with _batch left empty for the
+// caller to fill and _version the epoch.
+func encodeRow(buf *bytes.Buffer, names []string, r []any, cols []column, epoch int64) error {
+	m := make(map[string]any, len(r)+2)
+	for i, v := range r {
+		m[names[i]] = jsonValue(v, cols, names[i])
+	}
+	m["_batch"] = ""
+	m["_version"] = epoch
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	buf.Write(b)
+	buf.WriteByte('\n')
+	return nil
+}
+
+func jsonValue(v any, cols []column, name string) any {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return 1
+		}
+		return 0
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+	case float32:
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return nil
+		}
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = jsonValue(x[i], cols, name)
+		}
+		return out
+	case []byte:
+		return string(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	case nil, string, int64, int32, int16, int8, uint64, uint32, uint16, uint8, int, uint:
+		return v
+	}
+	for _, c := range cols {
+		if c.name == name && c.chType == "String" {
+			return fmt.Sprint(v)
+		}
+	}
+	return v
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case int32:
+		return int64(x)
+	case uint64:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	}
+	return 0
+}
+
+// Run ships the spool until ctx ends: it creates or migrates the schema
+// once the server answers, then sends the oldest batch, one at a time,
+// no faster than the rate allows, backing off while the server is away.
+func (e *Exporter) Run(ctx context.Context) error {
+	backoff := time.Duration(0)
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	fail := func(err error) {
+		e.mu.Lock()
+		e.status.Connected = false
+		repeated := e.status.LastError == err.Error()
+		e.status.LastError, e.status.LastErrorAt = err.Error(), time.Now().UTC()
+		e.mu.Unlock()
+		if !repeated {
+			e.opts.Logf("export: %v (retrying; batches wait in the spool)", err)
+		}
+		backoff = min(max(2*backoff, 250*time.Millisecond), 10*time.Second)
+	}
+	schemaReady := false
+	for ctx.Err() == nil {
+		if backoff > 0 && !wait(backoff) {
+			break
+		}
+		if !schemaReady {
+			if err := e.ensureSchema(ctx); err != nil {
+				fail(err)
+				continue
+			}
+			schemaReady = true
+		}
+		b, f, err := e.spool.head()
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if b == nil {
+			backoff = 0
+			select {
+			case <-ctx.Done():
+			case <-e.spool.changed:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		began := time.Now()
+		there, err := e.send(ctx, b, f)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			e.spool.markMaybe(f)
+			var se *clickhouse.ServerError
+			if errors.As(err, &se) {
+				schemaReady = false // the server may have lost or not yet have the tables
+			}
+			fail(fmt.Errorf("ship %s: %w", b.ID, err))
+			continue
+		}
+		if err := e.spool.ack(f); err != nil {
+			fail(err)
+			continue
+		}
+		backoff = 0
+		e.mu.Lock()
+		e.status.Connected = true
+		if there {
+			e.status.AlreadyThere++
+		} else {
+			e.status.ShippedBatches++
+			e.status.ShippedRows += uint64(b.Rows)
+			e.status.ShippedBytes += uint64(len(b.data))
+		}
+		e.status.LastShippedEpoch = max(e.status.LastShippedEpoch, b.Epoch)
+		e.mu.Unlock()
+		// Polite: at most Rate bytes a second.
+		if pause := time.Duration(float64(len(b.data))/float64(e.opts.Rate)*float64(time.Second)) - time.Since(began); pause > 0 {
+			if !wait(pause) {
+				break
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// send inserts a batch unless it may have arrived already and did: an
+// append-only table is asked for the batch id; a latest table replaces
+// rows by key, so sending again is harmless.
+func (e *Exporter) send(ctx context.Context, b *batch, f *spoolFile) (alreadyThere bool, err error) {
+	var t *Table
+	for i := range e.tables {
+		if e.tables[i].Name == b.Table {
+			t = &e.tables[i]
+		}
+	}
+	if t == nil {
+		return false, fmt.Errorf("table %s is no longer shipped", b.Table)
+	}
+	if e.spool.isMaybe(f) && !t.Latest {
+		res, err := e.opts.Client.Query(ctx, fmt.Sprintf("SELECT count() FROM %s WHERE _batch = %s", t.physical(), clickhouse.Quote(b.ID)))
+		if err != nil {
+			return false, err
+		}
+		if len(res.Rows) == 1 && toInt(res.Rows[0][0]) > 0 {
+			return true, nil
+		}
+	}
+	return false, e.opts.Client.Insert(ctx, t.physical(), b.data)
+}
+
+func (e *Exporter) ensureSchema(ctx context.Context) error {
+	ch := e.opts.Client
+	v, err := ch.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if err := ch.CreateDatabase(ctx); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	for i := range e.tables {
+		if err := ensureTable(ctx, ch, &e.tables[i], e.cols[e.tables[i].Name]); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	e.status.Server = v
+	e.mu.Unlock()
+	e.opts.Logf("export: ClickHouse %s at %s, database %s: schema ready", v, ch.URL(), ch.Database())
+	return nil
+}
+
+// Status is a snapshot of shipping.
+func (e *Exporter) Status() Status {
+	e.mu.Lock()
+	st := e.status
+	e.mu.Unlock()
+	e.spool.mu.Lock()
+	st.SpooledBatches = len(e.spool.files)
+	st.SpooledBytes = e.spool.bytes
+	st.DroppedBatches = e.spool.state.DroppedBatches
+	st.DroppedRows = e.spool.state.DroppedRows
+	st.LastSpooledEpoch = e.spool.state.LastEpoch
+	e.spool.mu.Unlock()
+	return st
+}
