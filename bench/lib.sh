@@ -8,12 +8,14 @@ rec=""
 trap 'stop_recorder; rm -rf "$work"' EXIT
 go build -o "$work/holter" ./cmd/holter
 
-# start_recorder DATA_DIR [FLAGS...]: holter record at defaults (no API),
-# returns once every vital is attached.
+# start_recorder DATA_DIR [FLAGS...]: holter record at defaults (no API;
+# $HOLTER_ARGS adds flags, e.g. "--vitals cpu,sched"), returns once every
+# vital is attached.
 start_recorder() {
 	local data=$1
 	shift
-	"$work/holter" record --data "$data" --api "" "$@" 2>"$data.log" &
+	# shellcheck disable=SC2086
+	"$work/holter" record --data "$data" --api "" ${HOLTER_ARGS:-} "$@" 2>"$data.log" &
 	rec=$!
 	for _ in $(seq 300); do
 		grep -q '^recording host' "$data.log" 2>/dev/null && return 0
