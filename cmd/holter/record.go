@@ -49,6 +49,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	// Catch the signals before the long set-up: an interrupt while programs
+	// are loading stops the recorder once it starts, rather than being lost
+	// (a background process starts with SIGINT ignored until Notify).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var exportOpts *export.Options
 	if *exportURL != "" {
 		pw := *exportPassword
@@ -145,9 +150,6 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rec.Close()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	status := rec.Status
 	var exporter *export.Exporter
