@@ -53,7 +53,8 @@ func TestUIInBrowser(t *testing.T) {
 	block := testutil.BuildWorkload(t, "block_pipe")
 	dir := t.TempDir()
 
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0")
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0",
+		"--budget", "off") // the test is of the UI: no vital may be shed while it selects an epoch
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	<-r.started
 	var workloads []*exec.Cmd
