@@ -73,7 +73,9 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	bin := testutil.BuildHolter(t)
 	work := testutil.BuildWorkload(t, "direct_write")
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0")
+	// The budget off: a vital shed on a loaded machine would hide the
+	// workload the findings must name.
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 12)
 	before := time.Now()
