@@ -15,9 +15,7 @@ import (
 
 // Querier answers read-only SQL: the store itself, or a running recorder's
 // API when the recorder holds the store.
-type Querier interface {
-	Query(ctx context.Context, sql string) (*store.Result, error)
-}
+type Querier = store.Querier
 
 // FromStore answers from an open store.
 func FromStore(st *store.Store) Querier { return store.Plain(st) }

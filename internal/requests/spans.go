@@ -12,9 +12,7 @@ import (
 )
 
 // Querier answers read-only SQL; *store.Store is one.
-type Querier interface {
-	Query(ctx context.Context, sql string) (*store.Result, error)
-}
+type Querier = store.Querier
 
 // Span is a span with the kernel's account of it.
 type Span struct {
