@@ -24,6 +24,7 @@ func TestCompileGolden(t *testing.T) {
 		{"user_string_key", "SELECT str(filename) AS file, count() FROM syscall.openat GROUP BY file"},
 		{"stream_rows", "SELECT time, pid, ret FROM syscall.read WHERE ret < 0"},
 		{"user_space_fallback", "SELECT lower(comm) AS c, count() FROM syscall.read WHERE ret > 0 GROUP BY c"},
+		{"user_space_hist", "SELECT lower(comm) AS c, hist(ret) AS h, lhist(ret, 0, 100, 10), p99(latency), count_distinct(fd), sample(fd) FROM syscall.read GROUP BY c HAVING p99(latency) > 1000"},
 		{"uprobe_args", "SELECT arg0 % 4 AS k, count(), sum(arg1), sum(ret), max(latency) FROM uprobe.\"/bin/sh\".main GROUP BY k"},
 		{"runq", "SELECT hist(latency) FROM sched.runq_latency WHERE pid > 100"},
 		{"profile", "SELECT comm, ustack, count() FROM profile.hz_99 GROUP BY comm, ustack"},

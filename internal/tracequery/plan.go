@@ -661,6 +661,28 @@ func intArg(n Node, what string) (int64, error) {
 }
 
 func (p *Plan) planAgg(c *Call, kind AggKind) (*Agg, error) {
+	a, err := aggParams(c, kind)
+	if err != nil || a.Arg == nil {
+		return a, err
+	}
+	t, err := p.checkKernel(a.Arg)
+	if err != nil {
+		return nil, err
+	}
+	a.ArgType = t
+	switch {
+	case kind == AggCount:
+	case t == TString:
+		return nil, &notPushable{a.Arg, fmt.Sprintf("%s() of a string", c.Name)}
+	case t == TStack && kind != AggSample && kind != AggDistinct:
+		return nil, errAt(a.Arg, "type mismatch: %s() needs an integer, %s is a stack", c.Name, p.text(a.Arg))
+	}
+	return a, nil
+}
+
+// aggParams checks an aggregate's arguments and reads its constants
+// (lhist's layout, the quantile), wherever the aggregate runs.
+func aggParams(c *Call, kind AggKind) (*Agg, error) {
 	a := &Agg{Kind: kind, Call: c}
 	want := 1
 	switch kind {
@@ -684,18 +706,6 @@ func (p *Plan) planAgg(c *Call, kind AggKind) (*Agg, error) {
 		return nil, errAt(c, "%s takes %d argument(s): %s", c.Name, want, usage)
 	}
 	a.Arg = c.Args[0]
-	t, err := p.checkKernel(a.Arg)
-	if err != nil {
-		return nil, err
-	}
-	a.ArgType = t
-	switch {
-	case kind == AggCount:
-	case t == TString:
-		return nil, &notPushable{a.Arg, fmt.Sprintf("%s() of a string", c.Name)}
-	case t == TStack && kind != AggSample && kind != AggDistinct:
-		return nil, errAt(a.Arg, "type mismatch: %s() needs an integer, %s is a stack", c.Name, p.text(a.Arg))
-	}
 	switch kind {
 	case AggLHist:
 		var err error
@@ -813,15 +823,53 @@ func (p *Plan) planStream() error {
 	if p.KeySize > 480 {
 		return errAt(q.Select[0].Expr, "an event record of %d bytes; the probe allows 480", p.KeySize)
 	}
-	rename := func(n Node) (string, bool) {
-		if c, ok := n.(*Call); ok && c.Name == "str" {
+	// The probe's aggregates that DuckDB lacks are computed there the
+	// probe's way (userfuncs.go).
+	streamAggs := map[Node]*Agg{}
+	var aggErr error
+	findAggs := func(n Node) {
+		walk(n, func(x Node) bool {
+			c, ok := x.(*Call)
+			if !ok {
+				return true
+			}
+			if kind, ok := aggNames[c.Name]; ok && aggErr == nil {
+				a, err := aggParams(c, kind)
+				if err != nil {
+					aggErr = err
+				}
+				streamAggs[c] = a
+			}
+			return true
+		})
+	}
+	for _, it := range q.Select {
+		findAggs(it.Expr)
+	}
+	findAggs(q.Having)
+	for _, o := range q.OrderBy {
+		findAggs(o.Expr)
+	}
+	if aggErr != nil {
+		return aggErr
+	}
+	var rename func(n Node) (string, bool)
+	rename = func(n Node) (string, bool) {
+		c, ok := n.(*Call)
+		if ok && c.Name == "str" {
 			return emitOf[exprKey(c)].Col, true
+		}
+		if ok {
+			return streamAggSQL(c, streamAggs[c], func(a Node) string { return sqlText(a, rename) })
 		}
 		return "", false
 	}
 	var items []string
 	for i, it := range q.Select {
 		items = append(items, sqlText(it.Expr, rename)+" AS "+quoteIdent(p.Columns[i]))
+		if a := streamAggs[it.Expr]; a != nil && (a.Kind == AggHist || a.Kind == AggLHist) {
+			p.HistCols[p.Columns[i]] = true
+		}
 	}
 	sql := "SELECT " + strings.Join(items, ", ") + " FROM events"
 	if len(rest) > 0 {

@@ -68,6 +68,7 @@ type Session struct {
 	userLost uint64
 
 	db       *sql.DB
+	funcs    bool // the user-space functions are registered in db
 	partials bool // hand back partial rows; the user-space part runs elsewhere
 	kernel   *symbol.Kernel
 	users    *symbol.Resolver
@@ -734,6 +735,12 @@ func (s *Session) userPart(ctx context.Context, table string, cols, types []stri
 		return nil, err
 	}
 	defer conn.Close()
+	if !s.funcs {
+		if err := registerUserFuncs(conn); err != nil {
+			return nil, fmt.Errorf("user-space engine: %w", err)
+		}
+		s.funcs = true
+	}
 	var defs []string
 	for i := range cols {
 		defs = append(defs, quoteIdent(cols[i])+" "+types[i])

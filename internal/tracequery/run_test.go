@@ -183,3 +183,48 @@ func TestIntervalsSplitEvents(t *testing.T) {
 		t.Errorf("after: %v, next: %v; want 300 then 0", after.Result.Rows, empty.Result.Rows)
 	}
 }
+
+// TestStreamModeAggregates runs the same aggregates twice over one
+// workload: pushed into the probe, and in user space because a DuckDB
+// function in WHERE forces stream mode. hist, lhist and the quantiles must
+// give the same answer both ways, and the known one; sample() the values
+// at counts 1, 2, 4, ….
+func TestStreamModeAggregates(t *testing.T) {
+	testutil.RequireRoot(t)
+	const r = 400
+	_, pid, run := workload(t, 0, r, 0)
+	sel := `SELECT comm, count() AS n, hist(ret) AS h, lhist(count, 0, 6000, 1000) AS lh, p50(ret) AS p50, p99(ret) AS p99,
+		quantile(ret, 0.9) AS q90, count_distinct(count) AS sizes, sample(count) AS s FROM syscall.read WHERE pid = %d AND fd > 2 %s GROUP BY comm`
+	kernel := start(t, fmt.Sprintf(sel, pid, ""), nil)
+	user := start(t, fmt.Sprintf(sel, pid, "AND upper(comm) = 'TRACECALLS'"), nil)
+	if kernel.plan.Mode != ModeAggregate || user.plan.Mode != ModeStream {
+		t.Fatalf("modes %v and %v, want aggregate and stream", kernel.plan.Mode, user.plan.Mode)
+	}
+	run()
+	time.Sleep(20 * time.Millisecond)
+	k, u := flush(t, kernel).Result, flush(t, user).Result
+	if len(k.Rows) != 1 || len(u.Rows) != 1 {
+		t.Fatalf("rows: kernel %v, user space %v; want one each", k.Rows, u.Rows)
+	}
+	for i, col := range k.Columns {
+		// The probe keeps sample() per map cell, and hist and lhist make
+		// a cell per bucket: its union of samples differs by design.
+		if col != "s" && fmt.Sprint(k.Rows[0][i]) != fmt.Sprint(u.Rows[0][i]) {
+			t.Errorf("%s: kernel %v, user space %v", col, k.Rows[0][i], u.Rows[0][i])
+		}
+	}
+	got := u.Rows[0]
+	if got[0] != "tracecalls" || got[1] != int64(r) || got[7] != int64(4) {
+		t.Errorf("user space: comm %v n %v sizes %v, want tracecalls %d 4", got[0], got[1], got[7], r)
+	}
+	checkBuckets(t, "user-space hist(ret)", got[2], map[int64]int64{1: r / 4, 64: r / 4, 512: r / 4, 4096: r / 4})
+	checkBuckets(t, "user-space lhist(count)", got[3], map[int64]int64{0: r / 2, 1000: r / 4, 5000: r / 4})
+	// The sizes cycle 1, 100, 1000, 5000: the values at counts 1, 2, 4, 8…
+	if fmt.Sprint(got[8]) != "[1 100 5000 5000 5000 5000 5000 5000]" {
+		t.Errorf("sample(count) = %v, want [1 100 5000 5000 5000 5000 5000 5000]", got[8])
+	}
+	// p99 of {1, 100, 1000, 5000} × 100 lies in 5000's log-linear bucket [4096, 5120).
+	if p := got[5].(float64); p < 4096 || p >= 5120 {
+		t.Errorf("p99(ret) = %v, want in [4096, 5120)", p)
+	}
+}
