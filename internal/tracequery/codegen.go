@@ -504,11 +504,14 @@ func (g *gen) readCtxString(off int16, l loc) {
 			asm.FnProbeReadKernelStr.Call())
 		return
 	}
+	// Up to the NUL only: the bytes after it may be anything (task_rename
+	// copies prctl's unpadded buffer), and a group key must not differ by
+	// them.
 	g.zero(off, l.size)
 	g.emit(asm.Mov.Reg(asm.R3, asm.R6), asm.Add.Imm(asm.R3, int32(l.off)),
 		asm.Mov.Reg(asm.R1, asm.R10), asm.Add.Imm(asm.R1, int32(off)),
 		asm.Mov.Imm(asm.R2, int32(l.size)),
-		asm.FnProbeReadKernel.Call())
+		asm.FnProbeReadKernelStr.Call())
 }
 
 func (g *gen) fieldAt(l loc) *Field {
@@ -617,7 +620,16 @@ func (g *gen) binary(x *Binary, d int) {
 		return
 	}
 	if lt, rt := g.typeOf(x.L), g.typeOf(x.R); lt == TString || rt == TString {
-		g.stringEq(x, d)
+		_, lLit := x.L.(*String)
+		_, rLit := x.R.(*String)
+		switch {
+		case x.Op == "like" || x.Op == "not like":
+			g.like(x, d)
+		case !lLit && !rLit:
+			g.stringsEq(x, d)
+		default:
+			g.stringEq(x, d)
+		}
 		return
 	}
 	g.eval(x.L, d)
@@ -676,14 +688,20 @@ func (g *gen) stringEq(x *Binary, d int) {
 			}
 			g.emit(asm.LoadImm(t, int64(v), asm.DWord), asm.JNE.Reg(r, t, differ))
 		}
-		g.emit(asm.Mov.Imm(r, 1), asm.Ja.Label(done))
-		g.mark(differ)
-		g.emit(asm.Mov.Imm(r, 0))
-		g.mark(done)
+		g.verdict(r, differ, done)
 	}
 	if x.Op == "!=" {
 		g.emit(asm.Xor.Imm(r, 1))
 	}
+}
+
+// verdict ends a test that jumps to fail when it does not hold: r is 1
+// when it holds, else 0; done labels what follows.
+func (g *gen) verdict(r asm.Register, fail, done string) {
+	g.emit(asm.Mov.Imm(r, 1), asm.Ja.Label(done))
+	g.mark(fail)
+	g.emit(asm.Mov.Imm(r, 0))
+	g.mark(done)
 }
 
 // msb sets b to the index of v's highest set bit (v > 0), using t; v is

@@ -25,6 +25,9 @@ func TestCompileGolden(t *testing.T) {
 		{"stream_rows", "SELECT time, pid, ret FROM syscall.read WHERE ret < 0"},
 		{"user_space_fallback", "SELECT lower(comm) AS c, count() FROM syscall.read WHERE ret > 0 GROUP BY c"},
 		{"user_space_hist", "SELECT lower(comm) AS c, hist(ret) AS h, lhist(ret, 0, 100, 10), p99(latency), count_distinct(fd), sample(fd) FROM syscall.read GROUP BY c HAVING p99(latency) > 1000"},
+		{"like_prefix_suffix", "SELECT comm, count() FROM syscall.getppid WHERE comm LIKE 'ba%' OR comm LIKE '%sh' GROUP BY comm"},
+		{"like_contains_one_char", "SELECT count() FROM syscall.openat WHERE str(filename) LIKE '%ab%' AND comm NOT LIKE 'a_c'"},
+		{"string_fields_equal", "SELECT count() FROM tracepoint.sched.sched_switch WHERE prev_comm <> next_comm AND next_comm = 'swapper/1'"},
 		{"uprobe_args", "SELECT arg0 % 4 AS k, count(), sum(arg1), sum(ret), max(latency) FROM uprobe.\"/bin/sh\".main GROUP BY k"},
 		{"runq", "SELECT hist(latency) FROM sched.runq_latency WHERE pid > 100"},
 		{"profile", "SELECT comm, ustack, count() FROM profile.hz_99 GROUP BY comm, ustack"},
@@ -78,6 +81,8 @@ func TestCompileErrors(t *testing.T) {
 		{"syntax", "SELECT count( FROM syscall.read", []string{"expected an expression, found FROM"}, "FROM"},
 		{"lhist args", "SELECT lhist(count, 0, 10) FROM syscall.read", []string{"lhist takes 4 argument(s)"}, "lhist(count, 0, 10)"},
 		{"quantile range", "SELECT quantile(count, 2) FROM syscall.read", []string{"between 0 and 1"}, "2"},
+		{"like on an integer", "SELECT count() FROM syscall.read WHERE fd LIKE '1%'", []string{"type mismatch: LIKE matches a string, fd is a int"}, "fd"},
+		{"like pattern not a string", "SELECT count() FROM syscall.read WHERE comm LIKE 3", []string{"type mismatch: a LIKE pattern is a string"}, "3"},
 		{"bad profile", "SELECT count() FROM profile.hz_0", []string{"want 1 to 10000 Hz"}, "profile.hz_0"},
 	}
 	for _, c := range cases {
@@ -123,6 +128,26 @@ func TestUserSpaceFallbackIsExplained(t *testing.T) {
 	ex, _ := p.Explain(false)
 	if !strings.Contains(ex, "aggregation runs in user space: lower() is a DuckDB function") {
 		t.Errorf("EXPLAIN does not say why:\n%s", ex)
+	}
+}
+
+func TestLikeExplainedInKernel(t *testing.T) {
+	p, err := Compile("SELECT count() FROM syscall.getppid WHERE comm LIKE '%ab%' AND pid > 1", fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, _ := p.Explain(false)
+	kernel, user, _ := strings.Cut(ex, "user-space part:")
+	if p.Mode != ModeAggregate || !strings.Contains(kernel, "filter: comm LIKE '%ab%' AND pid > 1") || strings.Contains(user, "LIKE") {
+		t.Errorf("LIKE is not in the kernel part:\n%s", ex)
+	}
+	// A pattern that is not a constant is DuckDB's, and EXPLAIN says so.
+	p, err = Compile("SELECT count() FROM syscall.getppid WHERE comm LIKE lower('A%')", fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, _ := p.Explain(false); p.Mode != ModeStream || !strings.Contains(ex, "filter runs in user space") || !strings.Contains(p.UserSQL, `("comm" LIKE lower('A%'))`) {
+		t.Errorf("non-constant pattern:\n%s", ex)
 	}
 }
 

@@ -20,10 +20,14 @@
 // hash maps of bounded size; two maps are swapped at each interval so the
 // one read is no longer written. A paired source keeps its begin in a
 // bounded hash keyed by thread or by the event's identity until its end.
+// Strings are compared in the probe: = and <> with a constant or another
+// string field, and LIKE / NOT LIKE with a constant pattern (% and _),
+// by bounded loops over the NUL-terminated buffer (like.go).
 // What the probe cannot compute (DuckDB functions, float arithmetic)
 // turns the plan into streaming mode: the probe sends the referenced
 // fields through a ring buffer and DuckDB computes the whole query, and
-// EXPLAIN says why. ORDER BY, LIMIT, HAVING and expressions over
+// EXPLAIN says why; the aggregates DuckDB lacks (hist, lhist, quantiles,
+// sample) are computed there the probe's way. ORDER BY, LIMIT, HAVING and expressions over
 // aggregates always run in DuckDB over the merged partials.
 //
 // Everything that does not fit is counted: keys over the map size

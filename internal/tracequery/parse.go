@@ -414,7 +414,7 @@ func (p *parser) source() (SourceRef, error) {
 var binaryLevels = [][]string{
 	{"or"},
 	{"and"},
-	{"=", "==", "!=", "<>", "<", "<=", ">", ">="},
+	{"=", "==", "!=", "<>", "<", "<=", ">", ">=", "like"},
 	{"|"},
 	{"^"},
 	{"&"},
@@ -448,10 +448,14 @@ func (p *parser) binary(level int) (Node, error) {
 		t := p.peek()
 		op := ""
 		for _, o := range binaryLevels[level] {
-			if (o == "or" || o == "and") && t.kind == tIdent && strings.EqualFold(t.text, o) ||
+			if (o == "or" || o == "and" || o == "like") && t.kind == tIdent && strings.EqualFold(t.text, o) ||
 				t.kind == tOp && t.text == o {
 				op = o
 			}
+		}
+		if level == 2 && p.isKeyword("NOT") && p.toks[p.i+1].kind == tIdent && strings.EqualFold(p.toks[p.i+1].text, "LIKE") {
+			op = "not like"
+			p.i++
 		}
 		if op == "" {
 			return l, nil
@@ -494,7 +498,7 @@ func (p *parser) unary() (Node, error) {
 }
 
 var reserved = map[string]bool{"select": true, "from": true, "where": true, "group": true, "by": true,
-	"having": true, "order": true, "limit": true, "as": true, "and": true, "or": true, "not": true, "asc": true, "desc": true}
+	"having": true, "order": true, "limit": true, "as": true, "and": true, "or": true, "not": true, "asc": true, "desc": true, "like": true}
 
 func (p *parser) primary() (Node, error) {
 	t := p.peek()
@@ -587,7 +591,7 @@ func sqlText(n Node, rename func(Node) (string, bool)) string {
 		return x.Name + "(" + strings.Join(args, ", ") + ")"
 	case *Binary:
 		op := x.Op
-		if op == "and" || op == "or" {
+		if op == "and" || op == "or" || op == "like" || op == "not like" {
 			op = strings.ToUpper(op)
 		}
 		if op == "^" {

@@ -312,14 +312,28 @@ func (p *Plan) checkKernel(n Node) (Type, error) {
 			if lt == TString || rt == TString {
 				_, lLit := x.L.(*String)
 				_, rLit := x.R.(*String)
-				if lt == TString && rt == TString && (lLit != rLit) {
+				if lt == TString && rt == TString && !(lLit && rLit) {
 					return TInt, nil
 				}
 				if lt == TString && rt == TString {
-					return 0, &notPushable{x, "the probe compares a string only with a constant"}
+					return 0, &notPushable{x, "the probe compares a string field with a constant or another string field"}
 				}
 				return 0, errAt(x, "type mismatch: %s compares a %s with a %s", p.text(x), lt, rt)
 			}
+		case "like", "not like":
+			if lt != TString {
+				return 0, errAt(x.L, "type mismatch: LIKE matches a string, %s is a %s", p.text(x.L), lt)
+			}
+			if rt != TString {
+				return 0, errAt(x.R, "type mismatch: a LIKE pattern is a string, %s is a %s", p.text(x.R), rt)
+			}
+			if _, ok := x.R.(*String); !ok {
+				return 0, &notPushable{x, "the probe matches LIKE only against a constant pattern"}
+			}
+			if _, ok := x.L.(*String); ok {
+				return 0, &notPushable{x, "LIKE of a constant"}
+			}
+			return TInt, nil
 		case "||":
 			return 0, &notPushable{x, "the probe does not concatenate strings"}
 		}
