@@ -142,7 +142,9 @@ func parseUSDTArg(s string) (usdtArg, error) {
 			return a, fmt.Errorf("operand %q: indexed addressing is not supported", s)
 		}
 		if i > 0 {
-			if a.disp, err = strconv.ParseInt(op[:i], 0, 64); err != nil {
+			if a.disp, err = strconv.ParseInt(op[:i], 0, 64); err != nil && strings.HasSuffix(op, "(%rip)") {
+				return a, fmt.Errorf("operand %q: a global variable (%%rip-relative) is not supported; pass it through a local", s)
+			} else if err != nil {
 				return a, fmt.Errorf("operand %q: displacement: %w", s, err)
 			}
 		}
