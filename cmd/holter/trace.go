@@ -75,6 +75,9 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if plan.Query.With != nil {
+			return usagef("%v: run it with --api on one agent", tracequery.ErrJoinAcrossHosts)
+		}
 		req := server.TraceRequest{Query: text, Interval: interval.String(), UnsafeRead: *unsafeRead, MapSize: *mapSize}
 		if *dur > 0 {
 			req.For = dur.String()
@@ -118,6 +121,22 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		defer st.Close()
 	}
 	ro := tracequery.RunOptions{Interval: *interval, Duration: *dur}
+	if plan.Query.With != nil {
+		// No recorder answered (or --local): the recording is attached
+		// here, read-only, for the part joined with recorded tables.
+		if st == nil {
+			rst, err := store.Open(*af.data, &store.Options{ReadOnly: true})
+			if errors.Is(err, store.ErrLocked) {
+				return fmt.Errorf("the query joins recorded tables, but the store in %s is held by a recorder whose API does not answer (without --local the query runs through a recorder's API; --api names it): %w", *af.data, err)
+			} else if err != nil {
+				return fmt.Errorf("the query joins recorded tables: %w", err)
+			}
+			defer rst.Close()
+			ro.Recorded = store.Plain(rst)
+		} else {
+			ro.Recorded = store.Plain(st)
+		}
+	}
 	if *verbose {
 		ro.Attached = func() { fmt.Fprintln(stderr, "holter trace: probes attached") }
 	}

@@ -58,6 +58,10 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 			return
 		}
 		ro := tracequery.RunOptions{Partials: req.Partials}
+		if opts.Store != nil {
+			// A WITH query joins the live rows with this store's tables.
+			ro.Recorded = store.Plain(opts.Store)
+		}
 		for _, d := range []struct {
 			s   string
 			dst *time.Duration

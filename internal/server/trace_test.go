@@ -2,10 +2,17 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/holter-dev/holter/internal/store"
 
 	"github.com/holter-dev/holter/internal/testutil"
 	"github.com/holter-dev/holter/internal/tracequery"
@@ -26,18 +33,7 @@ func TestTraceStreamsIntervals(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("status %d, type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	var lines []TraceLine
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		var l TraceLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		if l.Error != "" {
-			t.Fatal(l.Error)
-		}
-		lines = append(lines, l)
-	}
+	lines := traceLines(t, resp.Body)
 	if len(lines) < 3 || lines[0].Result == nil || strings.Join(lines[0].Result.Columns, ",") != "comm,n" {
 		t.Fatalf("want ≥3 intervals with columns comm,n; got %+v", lines)
 	}
@@ -66,4 +62,79 @@ func mustReq(t *testing.T, method, u, body string) *http.Request {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestTraceJoinsRecordedTables runs a live query joined with the agent's
+// own recording: the counts come from the probe, the CPU from the store.
+func TestTraceJoinsRecordedTables(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := tracequery.EnsureTraceFS(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	err = st.WriteEpoch(context.Background(), &store.Epoch{Host: "h", Epoch: 1, StartNs: 1, EndNs: 2,
+		Vitals:  []store.Vital{{Name: "cpu", Events: 2}},
+		Samples: []store.Sample{{TsNs: 1, Vital: "cpu", Weight: 700, EstCount: 1, Comm: "srvjoin"}, {TsNs: 1, Vital: "cpu", Weight: 5, EstCount: 1, Comm: "other"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, Options{Store: st})
+	// A thread named srvjoin calls getppid until the answer is in.
+	defer testutil.CallGetppidAs(t, "srvjoin")()
+	q := fmt.Sprintf(`WITH live AS (SELECT comm, count() AS calls FROM syscall.getppid WHERE pid = %d GROUP BY comm)
+		SELECT comm, calls, cpu FROM live JOIN (SELECT comm, sum(weight)::BIGINT AS cpu FROM samples GROUP BY ALL) USING (comm)`, os.Getpid())
+	body, _ := json.Marshal(TraceRequest{Query: q, Interval: "200ms", For: "650ms"})
+	resp, err := http.Post(base+"/api/trace", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var calls int64
+	lines := traceLines(t, resp.Body)
+	for _, l := range lines {
+		for _, r := range l.Result.Rows {
+			// Only comms in both: srvjoin (recorded "other" never calls).
+			if r[0] != "srvjoin" || r[2] != float64(700) {
+				t.Errorf("row %v, want srvjoin with cpu 700", r)
+			}
+			calls += int64(r[1].(float64))
+		}
+	}
+	intervals := len(lines)
+	if intervals < 3 || calls == 0 {
+		t.Errorf("%d intervals, %d calls joined; want ≥3 and some", intervals, calls)
+	}
+	// An unknown table is named as such, apart from probe sources.
+	bad, _ := json.Marshal(TraceRequest{Query: "WITH live AS (SELECT count() AS n FROM syscall.getppid) SELECT * FROM live, nosuch", For: "1s"})
+	resp2, err := http.Post(base+"/api/trace", "application/json", bytes.NewReader(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	b, _ := io.ReadAll(resp2.Body)
+	if !strings.Contains(string(b), "unknown table nosuch") || !strings.Contains(string(b), "recorded: ") {
+		t.Errorf("unknown table: %s", b)
+	}
+}
+
+// traceLines reads an answer of POST /api/trace; an error line fails.
+func traceLines(t *testing.T, r io.Reader) []TraceLine {
+	t.Helper()
+	var lines []TraceLine
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var l TraceLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		if l.Error != "" {
+			t.Fatal(l.Error)
+		}
+		lines = append(lines, l)
+	}
+	return lines
 }

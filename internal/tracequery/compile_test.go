@@ -28,6 +28,7 @@ func TestCompileGolden(t *testing.T) {
 		{"like_prefix_suffix", "SELECT comm, count() FROM syscall.getppid WHERE comm LIKE 'ba%' OR comm LIKE '%sh' GROUP BY comm"},
 		{"like_contains_one_char", "SELECT count() FROM syscall.openat WHERE str(filename) LIKE '%ab%' AND comm NOT LIKE 'a_c'"},
 		{"string_fields_equal", "SELECT count() FROM tracepoint.sched.sched_switch WHERE prev_comm <> next_comm AND next_comm = 'swapper/1'"},
+		{"join_recorded", "WITH cpu AS (SELECT comm, sum(weight)::BIGINT AS cpu_ns FROM samples WHERE vital = 'cpu' GROUP BY comm), live AS (SELECT comm, count() AS calls FROM syscall.getppid GROUP BY comm) SELECT live.comm, calls, cpu_ns, calls * 1e9 / cpu_ns AS per_cpu_s FROM live LEFT JOIN cpu USING (comm), vitals v WHERE v.vital = 'cpu' ORDER BY calls DESC LIMIT 10"},
 		{"uprobe_args", "SELECT arg0 % 4 AS k, count(), sum(arg1), sum(ret), max(latency) FROM uprobe.\"/bin/sh\".main GROUP BY k"},
 		{"runq", "SELECT hist(latency) FROM sched.runq_latency WHERE pid > 100"},
 		{"profile", "SELECT comm, ustack, count() FROM profile.hz_99 GROUP BY comm, ustack"},
@@ -83,6 +84,11 @@ func TestCompileErrors(t *testing.T) {
 		{"quantile range", "SELECT quantile(count, 2) FROM syscall.read", []string{"between 0 and 1"}, "2"},
 		{"like on an integer", "SELECT count() FROM syscall.read WHERE fd LIKE '1%'", []string{"type mismatch: LIKE matches a string, fd is a int"}, "fd"},
 		{"like pattern not a string", "SELECT count() FROM syscall.read WHERE comm LIKE 3", []string{"type mismatch: a LIKE pattern is a string"}, "3"},
+		{"recorded table as source", "SELECT count() FROM samples", []string{"samples is not a probe source", "WITH live AS"}, "samples"},
+		{"no probe source in with", "WITH a AS (SELECT 1 FROM samples) SELECT * FROM a", []string{"no part of WITH reads a probe source"}, "WITH a AS (SELECT 1 FROM samples)"},
+		{"two probe sources", "WITH a AS (SELECT count() FROM syscall.read), b AS (SELECT count() FROM syscall.getppid) SELECT * FROM a, b", []string{"a second probe source", "here in a"}, "syscall.getppid"},
+		{"probe source outside with", "WITH a AS (SELECT count() AS n FROM syscall.read) SELECT * FROM a, tracepoint.sched.sched_switch", []string{"tracepoint.sched.sched_switch is a probe source, read only in the WITH part a"}, "tracepoint.sched.sched_switch"},
+		{"error inside the live part", "WITH a AS (SELECT count() AS n FROM syscall.read GROUP BY nope) SELECT * FROM a", []string{"unknown field nope of syscall.read"}, "nope"},
 		{"bad profile", "SELECT count() FROM profile.hz_0", []string{"want 1 to 10000 Hz"}, "profile.hz_0"},
 	}
 	for _, c := range cases {

@@ -75,6 +75,18 @@ func (p *Plan) Explain(insns bool) (string, error) {
 		b.WriteString("  merge per-CPU partials per group (sum counts and sums, min of mins, max of maxes, add buckets, OR bitmaps, union samples)\n")
 	}
 	fmt.Fprintf(&b, "  DuckDB: %s\n", p.UserSQL)
+	if w := p.Query.With; w != nil {
+		var names []string
+		for _, t := range w.Tables {
+			names = append(names, t.Name)
+		}
+		tables := "no recorded table"
+		if len(names) > 0 {
+			tables = "recorded tables " + strings.Join(names, ", ")
+		}
+		fmt.Fprintf(&b, "  then in the recording's store, joined with %s:\n    %s\n",
+			tables, p.joinText("<each interval's rows of the DuckDB part above>"))
+	}
 	notes := append([]string(nil), p.Notes...)
 	sort.Strings(notes)
 	for _, n := range notes {

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/holter-dev/holter/internal/store"
 )
 
 // Ready is a named query of the library (holter trace @NAME), like
@@ -69,6 +71,9 @@ type RunOptions struct {
 	// Partials hands back each interval's partial rows instead of the
 	// query's answer, for a coordinator to merge across hosts (Merger).
 	Partials bool
+	// Recorded answers the part of a WITH query that joins recorded
+	// tables: the recording's store (join.go); nil when none is open.
+	Recorded store.Querier
 }
 
 // Run starts the plan's probes, flushes every interval and calls each with
@@ -77,6 +82,23 @@ type RunOptions struct {
 func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error) error {
 	if ro.Interval <= 0 {
 		ro.Interval = time.Second
+	}
+	if p.Query.With != nil {
+		if ro.Partials {
+			return ErrJoinAcrossHosts
+		}
+		if err := p.checkRecorded(ctx, ro.Recorded); err != nil {
+			return err
+		}
+		inner := each
+		each = func(iv *Interval) error {
+			res, err := p.joinRecorded(context.WithoutCancel(ctx), ro.Recorded, iv.Result)
+			if err != nil {
+				return err
+			}
+			iv.Result = res
+			return inner(iv)
+		}
 	}
 	s, err := Start(p)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -53,7 +52,7 @@ func asThreads(t *testing.T, names []string, fn func(name string)) {
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread() // the renamed thread ends with the goroutine
-			if err := setThreadName(name); err != nil {
+			if err := testutil.SetThreadName(name); err != nil {
 				errs <- err
 				return
 			}
@@ -67,14 +66,6 @@ func asThreads(t *testing.T, names []string, fn func(name string)) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-}
-
-func setThreadName(s string) error {
-	b, err := unix.BytePtrFromString(s)
-	if err != nil {
-		return err
-	}
-	return unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(b)), 0, 0, 0)
 }
 
 // TestStringMatchExact runs LIKE, = and <> on comm, on a tracepoint's
@@ -159,8 +150,8 @@ func TestStringMatchExact(t *testing.T) {
 	// task_rename: each thread renamed from holter-like to its name once
 	// per call.
 	asThreads(t, likeNames, func(name string) {
-		setThreadName("holter-like")
-		setThreadName(name)
+		testutil.SetThreadName("holter-like")
+		testutil.SetThreadName(name)
 	})
 	time.Sleep(20 * time.Millisecond)
 	for _, c := range checks {

@@ -59,7 +59,11 @@ type token struct {
 	pos, end int
 }
 
-func lex(q string) ([]token, error) {
+func lex(q string) ([]token, error) { return lexAll(q, false) }
+
+// lexAll splits q into tokens; with lenient (the DuckDB text around a
+// WITH's live part) any other character is an operator token of its own.
+func lexAll(q string, lenient bool) ([]token, error) {
 	var toks []token
 	i := 0
 	for i < len(q) {
@@ -123,7 +127,7 @@ func lex(q string) ([]token, error) {
 					goto next
 				}
 			}
-			if strings.ContainsRune("=<>+-*/%&|^(),.@~", rune(c)) {
+			if strings.ContainsRune("=<>+-*/%&|^(),.@~", rune(c)) || lenient && c < 0x80 {
 				toks = append(toks, token{tOp, string(c), i, i + 1})
 				i++
 				continue
@@ -234,6 +238,10 @@ type Query struct {
 	Having  Node
 	OrderBy []OrderItem
 	Limit   int64 // -1: none
+	// With, for WITH name AS (SELECT … FROM source …) SELECT …, is the
+	// rest of the statement: DuckDB over the live part and recorded
+	// tables (join.go). The fields above are then the live part's.
+	With *With
 }
 
 type parser struct {
@@ -257,13 +265,31 @@ func Parse(q string) (*Query, error) {
 func parse(q string) (*Query, error) {
 	toks, err := lex(q)
 	if err != nil {
-		return nil, err
+		// DuckDB's syntax (::, [ ], lambdas) is welcome around a live part.
+		if lt, lerr := lexAll(q, true); lerr == nil && len(lt) > 1 && (strings.EqualFold(lt[0].text, "WITH") ||
+			strings.EqualFold(lt[0].text, "EXPLAIN") && strings.EqualFold(lt[1].text, "WITH")) {
+			toks, err = lt, nil
+		} else {
+			return nil, err
+		}
 	}
 	p := &parser{q: q, toks: toks}
-	out := &Query{Text: q, Limit: -1}
-	if p.keyword("EXPLAIN") {
-		out.Explain = true
+	explain := p.keyword("EXPLAIN")
+	if p.isKeyword("WITH") {
+		return p.with(explain)
 	}
+	out, err := p.selectQuery()
+	if err != nil {
+		return nil, err
+	}
+	out.Explain = explain
+	return out, nil
+}
+
+// selectQuery parses SELECT … up to the end of p's tokens.
+func (p *parser) selectQuery() (*Query, error) {
+	out := &Query{Text: p.q, Limit: -1}
+	var err error
 	if !p.keyword("SELECT") {
 		return nil, p.errHere("expected SELECT")
 	}
@@ -289,11 +315,9 @@ func parse(q string) (*Query, error) {
 	if !p.keyword("FROM") {
 		return nil, p.errHere("expected FROM and a source, e.g. FROM syscall.read (holter trace --list shows them)")
 	}
-	src, err := p.source()
-	if err != nil {
+	if out.From, err = p.source(); err != nil {
 		return nil, err
 	}
-	out.From = src
 	if p.keyword("WHERE") {
 		if out.Where, err = p.expr(); err != nil {
 			return nil, err

@@ -173,6 +173,9 @@ func Compile(text string, cat *Catalog, opts *Options) (*Plan, error) {
 func CompileQuery(q *Query, cat *Catalog, opts *Options) (*Plan, error) {
 	src, err := cat.Lookup(q.From)
 	if err != nil {
+		if len(q.From.Parts) == 1 && !probeKinds[strings.ToLower(q.From.Parts[0])] {
+			return nil, recordedTableError(q.From)
+		}
 		return nil, err
 	}
 	p := &Plan{Query: q, Source: src, Opts: opts.withDefaults(), Fields: map[string]*Field{}, HistCols: map[string]bool{}}
