@@ -30,6 +30,11 @@
 // sample) are computed there the probe's way. ORDER BY, LIMIT, HAVING and expressions over
 // aggregates always run in DuckDB over the merged partials.
 //
+// WITH live AS (SELECT … FROM source …) SELECT … joins the live part
+// with a recording's tables (samples, vitals, …): the live part is planned
+// as above; the rest runs each interval in the recording's store, with
+// the live rows in place of its name (join.go).
+//
 // Everything that does not fit is counted: keys over the map size
 // (map_full), begins over the pairing map (stash_full), stacks
 // (stack_lost), ring buffer records (ring_lost), program runs the kernel

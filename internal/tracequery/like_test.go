@@ -178,3 +178,36 @@ func sorted(m map[string]int64) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestStringFiltersLoad has the verifier accept string matching in the
+// places it is hardest: after pairing (end side), deep in an expression,
+// on a __data_loc field, and on the longest strings with many segments.
+func TestStringFiltersLoad(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, c := range []struct {
+		q    string
+		opts *Options
+	}{
+		{"SELECT comm, hist(latency) FROM syscall.read WHERE ret > 0 AND (comm LIKE 'ba%sh' OR comm NOT LIKE '%_x_%') GROUP BY comm", nil},
+		{"SELECT count() FROM syscall.read WHERE (fd = 3 OR comm LIKE '%a%b%c%d%') AND ret >= 0 AND comm <> 'x'", nil},
+		{"SELECT count() FROM tracepoint.sched.sched_process_exec WHERE filename LIKE '/usr/%bin/%' AND filename <> comm", nil},
+		{"SELECT comm, count() FROM syscall.openat WHERE str(filename) LIKE '%/lib/%.so%' GROUP BY comm", &Options{StrSize: 256}},
+		{"SELECT count() FROM syscall.openat WHERE str(filename) LIKE '%a%b%c%' AND str(filename) <> comm", &Options{StrSize: 256}},
+		{"SELECT count() FROM tracepoint.sched.sched_switch WHERE prev_comm LIKE 'kworker/%' AND next_comm = prev_comm", nil},
+	} {
+		p, err := Compile(c.q, nil, c.opts)
+		if err != nil {
+			t.Errorf("%s: %v", c.q, err)
+			continue
+		}
+		if p.Filter == nil || p.Mode != ModeAggregate && !strings.Contains(c.q, "hist") {
+			t.Errorf("%s: the filter is not in the probe (%v)", c.q, p.Notes)
+		}
+		s, err := Start(p)
+		if err != nil {
+			t.Errorf("%s: %v", c.q, err)
+			continue
+		}
+		s.Close()
+	}
+}
