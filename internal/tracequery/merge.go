@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/holter-dev/holter/internal/store"
 )
@@ -88,9 +89,10 @@ func (m *Merger) Merge(ctx context.Context, parts []*store.Result) (*store.Resul
 			rows = append(rows, row)
 		}
 	}
-	if p.Mode == ModeAggregate {
-		rows = mergeGroups(p, rows, len(cols)-len(p.Aggs))
+	if p.Mode == ModeStream {
+		return m.s.userPart(ctx, "events", cols, types, rows)
 	}
+	rows = mergeGroups(p, rows, len(cols)-len(p.Aggs))
 	return m.s.userPart(ctx, "partials", cols, types, rows)
 }
 
@@ -202,6 +204,13 @@ func fromJSON(v any, typ string) any {
 	case "VARCHAR[]":
 		list, _ := v.([]any)
 		return list
+	case "TIMESTAMP_NS":
+		// Event times travel as RFC 3339 text.
+		if s, ok := v.(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				return t
+			}
+		}
 	}
 	return v
 }
