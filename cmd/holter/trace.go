@@ -39,7 +39,9 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	hostList := fs.String("hosts", "", "run across these agents (HOST:PORT,…; --token is theirs), merging their partial aggregates")
 	hostsFile := fs.String("hosts-file", "", "file listing agents (HOST:PORT, one a line) to run across")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: holter trace [flags] \"SELECT … FROM source …\" | @READY\n\nready queries: %s\n\n", strings.Join(tracequery.LibraryNames(), " "))
+		fmt.Fprintf(stderr, "usage: holter trace [flags] \"SELECT … FROM source …\" | @READY\n"+
+			"       holter trace [flags] \"WITH live AS (SELECT … FROM source …) SELECT … FROM live JOIN samples …\"  (joined with the recording in --data or the recorder's)\n"+
+			"\nready queries: %s\n\n", strings.Join(tracequery.LibraryNames(), " "))
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
