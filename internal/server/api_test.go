@@ -183,11 +183,7 @@ func TestFlameAndTop(t *testing.T) {
 func TestBadParameters(t *testing.T) {
 	base := startSynth(t)
 	r := rangeQ(0, 30)
-	cases := []struct {
-		path string
-		code int
-		want string
-	}{
+	cases := []badCase{
 		{"/api/overview?host=nowhere", 404, `nothing recorded for host "nowhere"`},
 		{"/api/overview?hots=h", 400, `unknown parameter "hots"`},
 		{"/api/vitals", 400, "from and to are required"},
@@ -216,6 +212,18 @@ func TestBadParameters(t *testing.T) {
 		{"/api/top?" + r, 400, "vital is required"},
 		{"/api/nothing", 404, "no endpoint /api/nothing"},
 	}
+	checkAnswers(t, base, cases)
+}
+
+// badCase is a request and the status and error (a part of it) it gets.
+type badCase struct {
+	path string
+	code int
+	want string
+}
+
+func checkAnswers(t *testing.T, base string, cases []badCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.path, func(t *testing.T) {
 			var body map[string]any
@@ -249,7 +257,8 @@ func TestOpenAPIAndUI(t *testing.T) {
 		}
 	}
 	// Every endpoint is documented.
-	for _, path := range []string{"status", "vitals/{name}", "query", "overview", "vitals", "samples", "stacks", "flame", "top", "openapi.yaml"} {
+	for _, path := range []string{"status", "vitals/{name}", "query", "overview", "vitals", "samples", "stacks", "flame", "top", "openapi.yaml",
+		"findings", "diff", "traces", "traces/{id}/path", "latency-graph", "trace"} {
 		if !strings.Contains(string(openAPI), "\n  /api/"+path+":\n") {
 			t.Errorf("openapi.yaml does not describe /api/%s", path)
 		}
