@@ -19,12 +19,7 @@ import (
 // and a batched write coalescing two of them.
 func startAnalysis(t *testing.T) (string, *store.Store) {
 	t.Helper()
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	synthetic{host: "h", startNs: synthStart, epoch: time.Minute, epochs: 30, samplesPerEpoc: 66}.write(t, st)
+	st := synthStore(t)
 	ctx := context.Background()
 	// Findings go in the way the recorder's online analysis stores them.
 	fs := []findings.Finding{

@@ -18,13 +18,19 @@ const synthStart = int64(1709251200) * 1e9
 // startSynth serves a synthetic recording of 30 one-minute epochs.
 func startSynth(t *testing.T) string {
 	t.Helper()
+	return startServer(t, Options{Store: synthStore(t)})
+}
+
+// synthStore is a store holding the synthetic recording of startSynth.
+func synthStore(t *testing.T) *store.Store {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	synthetic{host: "h", startNs: synthStart, epoch: time.Minute, epochs: 30, samplesPerEpoc: 66}.write(t, st)
-	return startServer(t, Options{Store: st})
+	return st
 }
 
 func fetch(t *testing.T, url string, out any) int {
