@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,7 +87,7 @@ func TestUIInBrowser(t *testing.T) {
 	}()
 	r.waitEpochs(t, 4)
 	traceID := postUITrace(t, otlpHTTP, workloads[0].Process.Pid)
-	r.waitEpochs(t, 4) // the diff compares the recording's halves
+	r.waitEpochs(t, 1) // five in all, as the diff compares the recording's halves
 	info, ok := readAgentInfo(dir)
 	if !ok {
 		t.Fatalf("no agent.json in %s", dir)
@@ -97,6 +98,8 @@ func TestUIInBrowser(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "its UI is at http://"+info.API) {
 		t.Errorf("holter ui beside a recorder: exit %d, %s", code, errOut)
 	}
+
+	timeUIEndpoints(t, "http://"+info.API, traceID)
 
 	artifacts := artifactDir(t, "ui-browser")
 	cmd := exec.Command(node, "--test", "--test-concurrency=1", "test/browser.test.mjs")
@@ -264,4 +267,44 @@ func postUITrace(t *testing.T, addr string, pid int) string {
 		t.Fatalf("OTLP/HTTP JSON export: %d %s", resp.StatusCode, b)
 	}
 	return traceOf(0)
+}
+
+// timeUIEndpoints reports how long the new tabs' API calls take on the
+// live recording: three rounds each, min / median / max. The diff compares
+// the recording's second half with its first.
+func timeUIEndpoints(t *testing.T, base, traceID string) {
+	t.Helper()
+	var ov server.Overview
+	resp, err := http.Get(base + "/api/overview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&ov)
+	resp.Body.Close()
+	mid := (ov.FirstNs + ov.LastNs) / 2
+	for _, path := range []string{
+		fmt.Sprintf("/api/diff?target=%d/%d&reference=%d/%d", mid, ov.LastNs, ov.FirstNs, mid),
+		fmt.Sprintf("/api/findings?from=%d&to=%d", ov.FirstNs, ov.LastNs),
+		"/api/traces",
+		"/api/traces/" + traceID + "/path",
+		"/api/latency-graph?service=client&operation=get",
+	} {
+		var ds []time.Duration
+		for range 3 {
+			began := time.Now()
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %s", path, resp.Status)
+			}
+			ds = append(ds, time.Since(began))
+		}
+		slices.Sort(ds)
+		t.Logf("GET %s: %v (%v … %v) over a recording of %.0f s", strings.SplitN(path, "?", 2)[0], ds[1].Round(time.Millisecond),
+			ds[0].Round(time.Millisecond), ds[2].Round(time.Millisecond), float64(ov.LastNs-ov.FirstNs)/1e9)
+	}
 }
