@@ -112,12 +112,17 @@ uiTest('top tables rank processes, executables and sites', 'top', async () => {
 
 uiTest('the diff ranks metrics of a brushed range and overlays their histograms', 'diff', async () => {
   await page.click('text=clear baseline');
-  // Brush the second half of the recording: the target; the reference is
-  // the equal span before it.
+  // Brush the second half of the recorded epochs (the view may reach past
+  // the last one committed): the target; the reference is the equal span
+  // before it.
+  const xs = (await page.$$eval('#overlay-chart circle.pt[data-vital="cpu"]', (cs) => cs.map((c) => c.getBoundingClientRect())))
+    .map((r) => r.x + r.width / 2).sort((a, b) => a - b);
+  assert.ok(xs.length >= 4, `only ${xs.length} epochs drawn`);
   const box = await page.locator('#overlay-chart svg').boundingBox();
-  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height / 2);
+  const y = box.y + box.height / 2;
+  await page.mouse.move(xs[Math.floor(xs.length / 2)] - 3, y);
   await page.mouse.down();
-  await page.mouse.move(box.x + box.width - 12, box.y + box.height / 2, { steps: 5 });
+  await page.mouse.move(xs[xs.length - 1] + 3, y, { steps: 5 });
   await page.mouse.up();
   await page.click('.drill-tabs button[data-tab="diff"]');
   await page.waitForSelector('#diff-table tbody tr.metric', { timeout: 30000 });
