@@ -34,7 +34,9 @@ uiTest('the dashboard loads and its graphs show data', 'dashboard', async () => 
   const points = await page.locator('.vital-chart[data-vital="cpu"] circle.pt').count();
   assert.ok(points >= 3, `cpu graph has ${points} points`);
   const d = await page.getAttribute('.vital-chart[data-vital="cpu"] path.line', 'd');
-  assert.match(d, /^M[\d.]+,[\d.]+L/, 'the cpu line joins its points');
+  // Joined, except across a gap of the recording (a recorder lagging on a
+  // loaded machine leaves long epochs and breaks the line there).
+  assert.match(d, /^M[\d.]+,[\d.]+(M[\d.]+,[\d.]+)*L/, 'the cpu line joins its points');
 });
 
 uiTest('two vitals overlay on one normalised graph, and a third joins', 'overlay', async () => {

@@ -21,7 +21,7 @@ export function session() {
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
     });
     page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.setDefaultTimeout(10000);
+    page.setDefaultTimeout(20000); // a loaded 2-CPU machine answers slowly
     page.on('pageerror', (e) => console.log('page error:', e.message));
   });
   after(async () => { await browser?.close(); });
