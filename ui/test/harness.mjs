@@ -34,7 +34,9 @@ export function session() {
     try {
       await fn();
     } finally {
-      await shot(shotName);
+      // A screenshot is an artifact: its failure (a starved browser) must
+      // not hide the test's own outcome.
+      await shot(shotName).catch((e) => console.log(`screenshot ${shotName} failed: ${e.message}`));
     }
   });
   return { uiTest, shot, page: () => page };
