@@ -203,6 +203,16 @@ func TestTracesEndpoint(t *testing.T) {
 	}
 }
 
+// TestAnalysisDocumented: the endpoints of the Findings, Diff and Request
+// traces views are in openapi.yaml.
+func TestAnalysisDocumented(t *testing.T) {
+	for _, path := range []string{"findings", "diff", "traces", "traces/{id}/path", "latency-graph"} {
+		if !strings.Contains(string(openAPI), "\n  /api/"+path+":\n") {
+			t.Errorf("openapi.yaml does not describe /api/%s", path)
+		}
+	}
+}
+
 func TestAnalysisBadParameters(t *testing.T) {
 	base, _ := startAnalysis(t)
 	r := rangeQ(0, 30)
