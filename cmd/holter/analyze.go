@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
@@ -90,56 +89,6 @@ func (s *source) unavailable(w *findings.Window) {
 	}
 }
 
-// parseRange reads START/END (each RFC 3339, 2006-01-02T15:04[:05] in UTC,
-// a duration relative to now like -15m, or "now"), or the id of a run.
-func parseRange(ctx context.Context, q findings.Querier, s string, now time.Time) (findings.Range, error) {
-	a, b, ok := strings.Cut(s, "/")
-	if !ok {
-		if s == "" {
-			return findings.Range{}, usagef("empty range: give START/END (e.g. -15m/-5m) or a run id")
-		}
-		res, err := q.Query(ctx, fmt.Sprintf(`SELECT start_ns, end_ns FROM runs WHERE id = '%s'`, strings.ReplaceAll(s, "'", "''")))
-		if err != nil {
-			return findings.Range{}, err
-		}
-		if len(res.Rows) == 0 {
-			return findings.Range{}, usagef("unknown range %q: not START/END and no run has that id", s)
-		}
-		return findings.Range{StartNs: asInt(res.Rows[0][0]), EndNs: asInt(res.Rows[0][1])}, nil
-	}
-	start, err := parseTime(a, now)
-	if err != nil {
-		return findings.Range{}, usagef("range %q: start: %v", s, err)
-	}
-	end, err := parseTime(b, now)
-	if err != nil {
-		return findings.Range{}, usagef("range %q: end: %v", s, err)
-	}
-	if !end.After(start) {
-		return findings.Range{}, usagef("range %q is empty: it ends before it starts", s)
-	}
-	return findings.Range{StartNs: start.UnixNano(), EndNs: end.UnixNano()}, nil
-}
-
-func parseTime(s string, now time.Time) (time.Time, error) {
-	if s == "now" || s == "" {
-		return now, nil
-	}
-	if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("%q is not a duration like -15m", s)
-		}
-		return now.Add(d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("%q is not a time like 2026-11-22T10:00, an RFC 3339 time, -15m or now", s)
-}
-
 func asInt(v any) int64 {
 	switch x := v.(type) {
 	case int64:
@@ -180,8 +129,8 @@ func runFindings(args []string, stdout, stderr io.Writer) error {
 	now := time.Now()
 	r := findings.Range{StartNs: now.Add(-*since).UnixNano(), EndNs: now.UnixNano()}
 	if *rng != "" {
-		if r, err = parseRange(ctx, src.q, *rng, now); err != nil {
-			return err
+		if r, err = findings.ParseRange(ctx, src.q, *rng, now); err != nil {
+			return rangeUsage(err)
 		}
 	}
 	width := time.Second
@@ -290,75 +239,34 @@ func runDiff(args []string, stdout, stderr io.Writer) error {
 	}
 	defer src.closer()
 	ctx := context.Background()
-	res, err := rankRanges(ctx, src.q, *host, *target, *reference, *minSamples)
+	res, err := findings.RankRanges(ctx, src.q, *target, *reference, findings.DiffOptions{Host: *host, MinSamples: *minSamples})
 	if err != nil {
-		return err
+		return rangeUsage(err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	res.print(stdout, *top)
+	printDiff(stdout, res, *top)
 	return nil
 }
 
-// ranking is the answer of holter diff.
-type ranking struct {
-	Host      string            `json:"host"`
-	Target    findings.Range    `json:"target"`
-	Reference findings.Range    `json:"reference"`
-	Ranked    []diagnose.Ranked `json:"ranked"`
-	Skipped   []skippedMetric   `json:"skipped"`
+// rangeUsage makes a range given wrongly a usage error, with the flag
+// findings.RankRanges names ("target: ..." is --target).
+func rangeUsage(err error) error {
+	if !errors.Is(err, findings.ErrBadRange) {
+		return err
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, "target: ") || strings.HasPrefix(msg, "reference: ") {
+		msg = "--" + msg
+	}
+	return usagef("%s", msg)
 }
 
-type skippedMetric struct {
-	Name   string `json:"name"`
-	Reason string `json:"reason"`
-}
-
-func rankRanges(ctx context.Context, q findings.Querier, host, target, reference string, minSamples int) (*ranking, error) {
-	now := time.Now()
-	t, err := parseRange(ctx, q, target, now)
-	if err != nil {
-		return nil, fmt.Errorf("--target: %w", err)
-	}
-	r, err := parseRange(ctx, q, reference, now)
-	if err != nil {
-		return nil, fmt.Errorf("--reference: %w", err)
-	}
-	if host == "" {
-		res, err := q.Query(ctx, `SELECT host FROM epochs ORDER BY end_ns DESC LIMIT 1`)
-		if err != nil {
-			return nil, err
-		}
-		if len(res.Rows) == 0 {
-			return nil, errors.New("nothing recorded yet")
-		}
-		host = fmt.Sprint(res.Rows[0][0])
-	}
-	for name, rg := range map[string]findings.Range{"target": t, "reference": r} {
-		res, err := q.Query(ctx, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE host = '%s' AND start_ns >= %d AND start_ns < %d`,
-			strings.ReplaceAll(host, "'", "''"), rg.StartNs, rg.EndNs))
-		if err != nil {
-			return nil, err
-		}
-		if asInt(res.Rows[0][0]) == 0 {
-			return nil, fmt.Errorf("%s range %s to %s: no epochs recorded on host %s", name, fmtNs(rg.StartNs), fmtNs(rg.EndNs), host)
-		}
-	}
-	ranked, skipped, err := findings.CompareRanges(ctx, q, host, t, r, &diagnose.RankOptions{MinSamples: minSamples})
-	if err != nil {
-		return nil, err
-	}
-	out := &ranking{Host: host, Target: t, Reference: r, Ranked: ranked}
-	for _, s := range skipped {
-		out.Skipped = append(out.Skipped, skippedMetric{s.Name, s.Err.Error()})
-	}
-	return out, nil
-}
-
-func (r *ranking) print(w io.Writer, top int) {
+// printDiff prints a ranking as a table of its top metrics.
+func printDiff(w io.Writer, r *findings.Diff, top int) {
 	fmt.Fprintf(w, "host %s: target %s to %s against reference %s to %s\n", r.Host,
 		fmtNs(r.Target.StartNs), fmtNs(r.Target.EndNs), fmtNs(r.Reference.StartNs), fmtNs(r.Reference.EndNs))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

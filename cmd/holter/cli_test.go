@@ -74,8 +74,15 @@ func startRecordCmd(t *testing.T, cmd *exec.Cmd) *recording {
 // waitEpochs waits until n epochs have been committed.
 func (r *recording) waitEpochs(t *testing.T, n int) []int64 {
 	t.Helper()
+	return r.waitEpochsWithin(t, n, 30*time.Second)
+}
+
+// waitEpochsWithin waits up to d until n epochs have been committed: a
+// recorder starting beside others on a loaded machine needs longer.
+func (r *recording) waitEpochsWithin(t *testing.T, n int, d time.Duration) []int64 {
+	t.Helper()
 	var got []int64
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(d)
 	for len(got) < n {
 		select {
 		case e := <-r.committed:

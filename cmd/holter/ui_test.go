@@ -2,17 +2,26 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/server"
+	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
@@ -34,9 +43,14 @@ func artifactDir(t *testing.T, name string) string {
 }
 
 // TestUIInBrowser records a few 1-second epochs while a spinning and a
-// blocking workload run, then drives the UI in headless Chromium
-// (ui/test/browser.test.mjs): graphs, overlay, drill-down to a sample's
-// stack, flame graphs, top tables. Screenshots are kept as artifacts.
+// blocking workload run and a request's spans arrive over OTLP/HTTP JSON,
+// then drives the UI in headless Chromium (ui/test/browser.test.mjs):
+// graphs, overlay, drill-down to a sample's stack, flame graphs, top
+// tables, the metric diff's overlaid histograms, the request's waterfall
+// and latency graph, a live query. Once the recorder stops, it stores a
+// finding evaluated over the recording and checks the Findings tab over
+// `holter ui` (ui/test/findings.test.mjs). Screenshots are kept as
+// artifacts.
 func TestUIInBrowser(t *testing.T) {
 	testutil.RequireRoot(t)
 	node := testutil.RequireTool(t, "node")
@@ -53,7 +67,8 @@ func TestUIInBrowser(t *testing.T) {
 	block := testutil.BuildWorkload(t, "block_pipe")
 	dir := t.TempDir()
 
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0",
+	otlpHTTP := freeAddr(t)
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", "off", "--otlp-http", otlpHTTP,
 		"--budget", "off") // the test is of the UI: no vital may be shed while it selects an epoch
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	<-r.started
@@ -71,7 +86,9 @@ func TestUIInBrowser(t *testing.T) {
 			w.Wait()
 		}
 	}()
-	r.waitEpochs(t, 5)
+	r.waitEpochsWithin(t, 4, 150*time.Second) // other recorders may be starting on a loaded machine
+	traceID := postUITrace(t, otlpHTTP, workloads[0].Process.Pid)
+	r.waitEpochsWithin(t, 1, 60*time.Second) // five in all, as the diff compares the recording's halves
 	info, ok := readAgentInfo(dir)
 	if !ok {
 		t.Fatalf("no agent.json in %s", dir)
@@ -83,11 +100,13 @@ func TestUIInBrowser(t *testing.T) {
 		t.Errorf("holter ui beside a recorder: exit %d, %s", code, errOut)
 	}
 
+	timeUIEndpoints(t, "http://"+info.API, traceID)
+
 	artifacts := artifactDir(t, "ui-browser")
 	cmd := exec.Command(node, "--test", "--test-concurrency=1", "test/browser.test.mjs")
 	cmd.Dir = uiDir
 	cmd.Env = append(os.Environ(), "HOLTER_URL=http://"+info.API+"/", "HOLTER_ARTIFACTS="+artifacts,
-		"HOLTER_CPU_FUNC=holter_cpu_spin", "HOLTER_CPU_COMM=cpu_spin", "HOLTER_BLCK_FUNC=holter_block_on_pipe")
+		"HOLTER_CPU_FUNC=holter_cpu_spin", "HOLTER_CPU_COMM=cpu_spin", "HOLTER_BLCK_FUNC=holter_block_on_pipe", "HOLTER_TRACE_ID="+traceID)
 	out, err := cmd.CombinedOutput()
 	t.Logf("browser tests:\n%s", out)
 	t.Logf("screenshots in %s", artifacts)
@@ -99,6 +118,7 @@ func TestUIInBrowser(t *testing.T) {
 	r.cmd.Process.Signal(syscall.SIGINT)
 	r.cmd.Wait()
 	<-r.done
+	finding := storeUIFinding(t, dir)
 	ui := exec.Command(bin, "ui", "--data", dir, "--api", "127.0.0.1:0")
 	stdout, err := ui.StdoutPipe()
 	if err != nil {
@@ -121,5 +141,182 @@ func TestUIInBrowser(t *testing.T) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(&ov); err != nil || ov.Live || ov.Epochs < 5 {
 		t.Errorf("stored recording's overview: %+v (%v)", ov, err)
+	}
+
+	cmd = exec.Command(node, "--test", "test/findings.test.mjs")
+	cmd.Dir = uiDir
+	cmd.Env = append(os.Environ(), "HOLTER_URL="+addr+"/", "HOLTER_ARTIFACTS="+artifacts,
+		"HOLTER_FINDING_RULE="+finding.Rule, "HOLTER_CPU_COMM="+finding.Processes[0].Comm)
+	out, err = cmd.CombinedOutput()
+	t.Logf("findings browser test:\n%s", out)
+	if err != nil {
+		t.Fatalf("findings browser test failed: %v", err)
+	}
+}
+
+// uiFindingRule names the finding TestUIInBrowser stores.
+const uiFindingRule = "ui-test:cpu-busy"
+
+// storeUIFinding evaluates a threshold on the cpu vital over the stored
+// recording — the cpu_spin workload keeps a CPU busy — attributes the
+// finding to processes and sites from the samples, and stores it, as the
+// recorder's online analysis stores its findings.
+func storeUIFinding(t *testing.T, dir string) findings.Finding {
+	t.Helper()
+	st, err := store.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	q := findings.FromStore(st)
+	w, err := findings.Load(ctx, q, findings.LoadOptions{Timescale: findings.Epoch, CPUs: runtime.NumCPU(),
+		From: time.Now().Add(-time.Hour), To: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := 0.5e6 // µs of CPU per second: half a CPU; the spinner burns one
+	found, _ := findings.Evaluate(w, []findings.Filter{findings.Threshold{Label: uiFindingRule, Measure: findings.WeightRate("cpu"), Above: &busy}})
+	if len(found) == 0 {
+		t.Fatalf("no interval of the recording has the cpu vital at %.0f µs/s", busy)
+	}
+	if err := findings.Attribute(ctx, q, w.Host, found); err != nil {
+		t.Fatal(err)
+	}
+	var rows []store.Finding
+	for _, f := range found {
+		rows = append(rows, f.Row(w.Host))
+	}
+	if err := st.AddFindings(ctx, rows, 0); err != nil {
+		t.Fatal(err)
+	}
+	f := found[0]
+	var comms []string
+	for _, p := range f.Processes {
+		comms = append(comms, p.Comm)
+	}
+	t.Logf("stored %d findings; the first: %s, processes %v", len(found), f.Summary, comms)
+	if len(f.Processes) == 0 {
+		t.Fatalf("the finding names no process: %+v", f)
+	}
+	return f
+}
+
+// postUITrace posts, as OTLP/HTTP JSON, three reads (client → front →
+// storage, front's write-back outliving the request) whose storage spans
+// one batched flush coalesces, and returns the first read's trace id.
+// The storage spans carry the spinning workload's pid and thread, so the
+// kernel accounting may charge them its CPU.
+func postUITrace(t *testing.T, addr string, pid int) string {
+	t.Helper()
+	now := time.Now().Add(-2 * time.Second).UnixNano()
+	ms := int64(time.Millisecond)
+	type span struct {
+		svc, trace, id, parent, name string
+		start, end                   int64
+		links                        []string // trace ids whose storage read this span coalesces
+	}
+	var spans []span
+	traceOf := func(i int) string { return fmt.Sprintf("a1b2c3d4%024x", i+1) }
+	for i := range 3 {
+		tr, s0 := traceOf(i), now+int64(i)*200*ms
+		spans = append(spans,
+			span{"client", tr, "0000000000000001", "", "get", s0, s0 + 40*ms, nil},
+			span{"front", tr, "0000000000000002", "0000000000000001", "GET /item", s0 + 2*ms, s0 + 38*ms, nil},
+			span{"storage", tr, "0000000000000003", "0000000000000002", "read", s0 + 8*ms + int64(i)*ms, s0 + 20*ms + int64(i)*ms, nil},
+			span{"front", tr, "0000000000000004", "0000000000000002", "write-back", s0 + 30*ms, s0 + 70*ms, nil})
+	}
+	spans = append(spans, span{"storage", "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0", "00000000000000b1", "", "flush", now + 700*ms, now + 720*ms,
+		[]string{traceOf(0), traceOf(1), traceOf(2)}})
+	bySvc := map[string][]map[string]any{}
+	for _, s := range spans {
+		js := map[string]any{"traceId": s.trace, "spanId": s.id, "name": s.name, "kind": 2,
+			"startTimeUnixNano": fmt.Sprint(s.start), "endTimeUnixNano": fmt.Sprint(s.end)}
+		if s.parent != "" {
+			js["parentSpanId"] = s.parent
+		} else if s.svc == "client" {
+			js["attributes"] = []any{map[string]any{"key": "client.id", "value": map[string]any{"stringValue": "ui-test"}}}
+		}
+		if s.svc == "storage" {
+			js["attributes"] = []any{map[string]any{"key": "thread.id", "value": map[string]any{"intValue": fmt.Sprint(pid)}}}
+		}
+		var links []any
+		for _, l := range s.links {
+			links = append(links, map[string]any{"traceId": l, "spanId": "0000000000000003"})
+		}
+		if links != nil {
+			js["links"] = links
+		}
+		bySvc[s.svc] = append(bySvc[s.svc], js)
+	}
+	var rs []any
+	for svc, ss := range bySvc {
+		attrs := []any{map[string]any{"key": "service.name", "value": map[string]any{"stringValue": svc}}}
+		if svc == "storage" {
+			attrs = append(attrs, map[string]any{"key": "process.pid", "value": map[string]any{"intValue": fmt.Sprint(pid)}})
+		}
+		rs = append(rs, map[string]any{"resource": map[string]any{"attributes": attrs}, "scopeSpans": []any{map[string]any{"spans": ss}}})
+	}
+	body, _ := json.Marshal(map[string]any{"resourceSpans": rs})
+	resp, err := http.Post("http://"+addr+"/v1/traces", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(b), "rejected") {
+		t.Fatalf("OTLP/HTTP JSON export: %d %s", resp.StatusCode, b)
+	}
+	return traceOf(0)
+}
+
+// timeUIEndpoints reports how long the new tabs' API calls take on the
+// live recording: three rounds each, min / median / max. The diff compares
+// the recording's later epochs with its earlier ones.
+func timeUIEndpoints(t *testing.T, base, traceID string) {
+	t.Helper()
+	var ov server.Overview
+	resp, err := http.Get(base + "/api/overview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&ov)
+	resp.Body.Close()
+	// Epochs may be uneven when the recorder lags: split by their starts.
+	resp, err = http.Get(base + "/api/query?q=" + url.QueryEscape("SELECT start_ns FROM epochs ORDER BY start_ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts struct{ Rows [][]int64 }
+	json.NewDecoder(resp.Body).Decode(&starts)
+	resp.Body.Close()
+	if len(starts.Rows) < 2 {
+		t.Fatalf("%d epochs recorded", len(starts.Rows))
+	}
+	mid := starts.Rows[len(starts.Rows)/2][0]
+	for _, path := range []string{
+		fmt.Sprintf("/api/diff?target=%d/%d&reference=%d/%d", mid, ov.LastNs, ov.FirstNs, mid),
+		fmt.Sprintf("/api/findings?from=%d&to=%d", ov.FirstNs, ov.LastNs),
+		"/api/traces",
+		"/api/traces/" + traceID + "/path",
+		"/api/latency-graph?service=client&operation=get",
+	} {
+		var ds []time.Duration
+		for range 3 {
+			began := time.Now()
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %s", path, resp.Status)
+			}
+			ds = append(ds, time.Since(began))
+		}
+		slices.Sort(ds)
+		t.Logf("GET %s: %v (%v … %v) over a recording of %.0f s", strings.SplitN(path, "?", 2)[0], ds[1].Round(time.Millisecond),
+			ds[0].Round(time.Millisecond), ds[2].Round(time.Millisecond), float64(ov.LastNs-ov.FirstNs)/1e9)
 	}
 }

@@ -18,13 +18,19 @@ const synthStart = int64(1709251200) * 1e9
 // startSynth serves a synthetic recording of 30 one-minute epochs.
 func startSynth(t *testing.T) string {
 	t.Helper()
+	return startServer(t, Options{Store: synthStore(t)})
+}
+
+// synthStore is a store holding the synthetic recording of startSynth.
+func synthStore(t *testing.T) *store.Store {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	synthetic{host: "h", startNs: synthStart, epoch: time.Minute, epochs: 30, samplesPerEpoc: 66}.write(t, st)
-	return startServer(t, Options{Store: st})
+	return st
 }
 
 func fetch(t *testing.T, url string, out any) int {
@@ -183,11 +189,7 @@ func TestFlameAndTop(t *testing.T) {
 func TestBadParameters(t *testing.T) {
 	base := startSynth(t)
 	r := rangeQ(0, 30)
-	cases := []struct {
-		path string
-		code int
-		want string
-	}{
+	cases := []badCase{
 		{"/api/overview?host=nowhere", 404, `nothing recorded for host "nowhere"`},
 		{"/api/overview?hots=h", 400, `unknown parameter "hots"`},
 		{"/api/vitals", 400, "from and to are required"},
@@ -216,6 +218,18 @@ func TestBadParameters(t *testing.T) {
 		{"/api/top?" + r, 400, "vital is required"},
 		{"/api/nothing", 404, "no endpoint /api/nothing"},
 	}
+	checkAnswers(t, base, cases)
+}
+
+// badCase is a request and the status and error (a part of it) it gets.
+type badCase struct {
+	path string
+	code int
+	want string
+}
+
+func checkAnswers(t *testing.T, base string, cases []badCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.path, func(t *testing.T) {
 			var body map[string]any

@@ -127,6 +127,7 @@ func Listen(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /api/stacks", handle(a.stacks))
 	mux.HandleFunc("GET /api/flame", handle(a.flame))
 	mux.HandleFunc("GET /api/top", handle(a.top))
+	registerAnalysis(mux, a)
 	mux.HandleFunc("GET /api/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(openAPI)

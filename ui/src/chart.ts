@@ -20,6 +20,8 @@ export interface ChartOptions {
   normalised?: boolean;       // scale each line to its max = 1
   selection?: [number, number] | null;
   baseline?: [number, number] | null;
+  /** Ranges to mark (the findings), each with what it is. */
+  marks?: { from: number; to: number; label: string }[];
   onSelect?: (from: number, to: number) => void;
   onZoom?: (center: number, factor: number) => void;
 }
@@ -63,6 +65,13 @@ export function lineChart(host: HTMLElement, lines: Line[], o: ChartOptions) {
     if (x1 > x0) svg.append(s('rect', { class: cls, x: x0, y: PAD.top, width: Math.max(x1 - x0, 2), height: ih }));
   };
   band(o.baseline, 'baseline');
+  for (const m of o.marks ?? []) {
+    const x0 = Math.max(PAD.left, x(m.from)), x1 = Math.min(W - PAD.right, x(m.to));
+    if (x1 < PAD.left || x0 > W - PAD.right) continue;
+    const r = s('rect', { class: 'finding', x: x0, y: PAD.top + ih - 4, width: Math.max(x1 - x0, 3), height: 4 });
+    r.append(s('title', {}, m.label));
+    svg.append(r);
+  }
   band(o.selection, 'selection');
   // Axes
   for (const t of timeTicks(o.from, o.to, Math.max(2, Math.floor(iw / 110)))) {

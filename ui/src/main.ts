@@ -6,9 +6,13 @@ import { Filter, FlameAnswer, get, Overview, Sample, SamplesAnswer, Stack, TopAn
 import { lineChart, Line } from './chart';
 import { fmtDuration, fmtNum, fmtTime, h, palette } from './dom';
 import { flameGraph } from './flame';
+import { renderDiff } from './diff';
+import { Finding, loadFindings, Mark, marksOf, renderFindings } from './findings';
+import { renderLive } from './live';
+import { renderTraces } from './traces';
 
 type Range = { kind: 'last'; span: number } | { kind: 'abs'; from: number; to: number };
-type DrillTab = 'samples' | 'flame' | 'top';
+type DrillTab = 'samples' | 'flame' | 'top' | 'diff';
 
 const MIN = 60e9;
 const presets: [string, number][] = [['last 15 min', 15 * MIN], ['last 1 h', 60 * MIN], ['last 24 h', 1440 * MIN], ['last 7 d', 7 * 1440 * MIN]];
@@ -29,6 +33,7 @@ const state = {
   topVital: 'cpu',
   samples: [] as Sample[],
   sampleTotal: 0,
+  marks: [] as Mark[], // the findings of the visible range
 };
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -66,19 +71,35 @@ function route(): string {
   return (location.hash.replace(/^#\//, '') || 'vitals').split('?')[0];
 }
 
-const futureTabs: Record<string, [string, string]> = {
-  live: ['Live queries', 'Declarative live tracing queries (holter trace) will stream here.'],
-  traces: ['Request traces', 'End-to-end request paths and latency graphs will be drawn here.'],
-  findings: ['Findings', 'Diagnostic rules, anomalies and their explaining metrics will be listed here.'],
+// The tabs besides the vitals: each draws itself (findings.ts, traces.ts,
+// live.ts) into its own section when shown.
+const tabs: Record<string, [string, (el: HTMLElement) => void]> = {
+  live: ['Live queries', renderLive],
+  traces: ['Request traces', (el) => renderTraces(el, { view: view(), onError: showError })],
+  findings: ['Findings', (el) => { const [from, to] = view(); renderFindings(el, { from, to, host: state.ov!.host, onPick: pickFinding, onError: showError }); }],
 };
 
 function renderRoute() {
   const r = route();
   document.querySelectorAll<HTMLAnchorElement>('nav a').forEach((a) => a.classList.toggle('active', a.dataset.route === r));
-  $('page-vitals').hidden = r !== 'vitals';
-  const future = futureTabs[r];
-  $('page-future').hidden = !future;
-  if (future) $('page-future').replaceChildren(h('h2', {}, future[0]), h('p', { class: 'empty' }, future[1] + ' Not built yet.'));
+  $('page-vitals').hidden = !!tabs[r];
+  for (const [k, [, render]] of Object.entries(tabs)) {
+    $('page-' + k).hidden = k !== r;
+    if (k === r) render($('page-' + k));
+  }
+}
+
+/** Shows a finding's range on the vitals page, selected for the drill-down. */
+function pickFinding(f: Finding) {
+  location.hash = '#/vitals';
+  const [from, to] = view();
+  if (f.start_ns < from || f.end_ns > to) {
+    const pad = Math.max((f.end_ns - f.start_ns) * 2, 60e9);
+    state.range = { kind: 'abs', from: f.start_ns - pad, to: f.end_ns + pad };
+    syncRangeControls();
+  }
+  select(f.start_ns, f.end_ns, f.vitals?.[0] ?? '');
+  refreshVitals();
 }
 
 function syncRangeControls() {
@@ -112,7 +133,7 @@ function header(): HTMLElement {
   } }, h('option', { value: 'auto' }, 'auto'), ...state.ov!.timescales.map((t) => h('option', { value: t.name }, t.name)));
   return h('header', {},
     h('span', { class: 'brand' }, 'holter'),
-    h('nav', {}, ...[['vitals', 'Vitals'], ...Object.entries(futureTabs).map(([k, v]) => [k, v[0]])].map(([k, label]) =>
+    h('nav', {}, ...[['vitals', 'Vitals'], ...Object.entries(tabs).map(([k, v]) => [k, v[0]])].map(([k, label]) =>
       h('a', { href: '#/' + k, 'data-route': k }, label))),
     h('span', { class: 'spacer' }),
     h('span', { class: 'host' }, state.ov!.host ? 'host ' + state.ov!.host : 'nothing recorded yet'),
@@ -155,7 +176,7 @@ function drawCharts() {
   if (!a) return;
   const [from, to] = view();
   const common = {
-    from, to, selection: state.selection, baseline: state.baseline,
+    from, to, selection: state.selection, baseline: state.baseline, marks: state.marks,
     onZoom: zoom,
   };
   lineChart($('overlay-chart'), linesOf([...state.overlay]), {
@@ -183,9 +204,12 @@ async function refreshVitals() {
   const [from, to] = view();
   const seq = ++vitalsSeq;
   try {
-    const a = await get<VitalsAnswer>('/api/vitals', { from, to, timescale: state.timescale, host: state.ov!.host });
+    const [a, fs] = await Promise.all([get<VitalsAnswer>('/api/vitals', { from, to, timescale: state.timescale, host: state.ov!.host }),
+      // The charts do without their finding marks rather than fail.
+      loadFindings(from, to, state.ov!.host).catch((e) => { showError(e); return { findings: [] }; })]);
     if (seq !== vitalsSeq) return; // a newer view was asked for meanwhile
     state.vitals = a;
+    state.marks = marksOf(fs.findings);
     drawCharts();
   } catch (e) { showError(e); }
 }
@@ -232,7 +256,7 @@ function refreshDrill() {
   $('sel-info').textContent = `Selected ${fmtTime(from, true, true)} – ${fmtTime(to, false, true)} UTC (${fmtDuration(to - from)})` +
     (state.baseline ? ` · baseline ${fmtTime(state.baseline[0])} – ${fmtTime(state.baseline[1], false)}` : '');
   document.querySelectorAll<HTMLButtonElement>('.drill-tabs button').forEach((b) => b.classList.toggle('active', b.dataset.tab === state.tab));
-  ({ samples: refreshSamples, flame: refreshFlame, top: refreshTop })[state.tab]();
+  ({ samples: refreshSamples, flame: refreshFlame, top: refreshTop, diff: refreshDiff })[state.tab]();
 }
 
 function filterBar(): HTMLElement {
@@ -358,6 +382,12 @@ async function refreshTop() {
   } catch (e) { showError(e); }
 }
 
+function refreshDiff() {
+  const seq = drillSeq;
+  renderDiff($('drill-body'), { target: state.selection!, baseline: state.baseline, host: state.ov!.host,
+    current: () => seq === drillSeq, onError: showError });
+}
+
 function drillPanel(): HTMLElement {
   const tab = (t: DrillTab, label: string) => h('button', { 'data-tab': t, onclick: () => { state.tab = t; refreshDrill(); } }, label);
   return h('section', { id: 'drill', hidden: true },
@@ -366,7 +396,8 @@ function drillPanel(): HTMLElement {
       h('button', { onclick: () => { state.baseline = null; state.flameDiff = false; drawCharts(); refreshDrill(); } }, 'clear baseline'),
       h('button', { onclick: () => { const [f, t] = state.selection!; setRange({ kind: 'abs', from: f, to: t }); } }, 'zoom to selection')),
     filterBar(),
-    h('div', { class: 'drill-tabs' }, tab('samples', 'Samples'), tab('flame', 'Flame graph'), tab('top', 'Top')),
+    h('div', { class: 'drill-tabs' }, tab('samples', 'Samples'), tab('flame', 'Flame graph'), tab('top', 'Top'),
+      tab('diff', 'Diff (ranked metrics)')),
     h('div', { id: 'drill-body' }));
 }
 
@@ -404,7 +435,7 @@ async function start() {
         h('p', { id: 'no-data', class: 'hint' }),
         h('div', { id: 'vital-charts', class: 'grid' }),
         drillPanel()),
-      h('section', { id: 'page-future', hidden: true })));
+      ...Object.keys(tabs).map((k) => h('section', { id: 'page-' + k, hidden: true }))));
   syncRangeControls();
   renderRoute();
   window.addEventListener('hashchange', renderRoute);

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// registerAnalysis serves the stored findings, the reference-driven metric
+// ranking of `holter diff` and the list of recent traces (traces.go).
+func registerAnalysis(mux *http.ServeMux, a *api) {
+	mux.HandleFunc("GET /api/findings", handle(a.findings))
+	mux.HandleFunc("GET /api/diff", handle(a.diff))
+	mux.HandleFunc("GET /api/traces", handle(a.traces))
+}
+
+// FindingsAnswer is the stored findings overlapping a range.
+type FindingsAnswer struct {
+	Host string `json:"host"`
+	From int64  `json:"from"`
+	To   int64  `json:"to"`
+	// Rules are the rules and detectors of every finding in the range,
+	// before the rule filter.
+	Rules    []string           `json:"rules"`
+	Findings []findings.Finding `json:"findings"`
+}
+
+// ruleMatches: a rule filter names a rule ("rule5-blocking") or a family
+// of detectors ("ewma" for every "ewma:…").
+func ruleMatches(rule, filter string) bool {
+	return filter == "" || rule == filter || strings.HasPrefix(rule, filter+":")
+}
+
+func (a *api) findings(r *http.Request) (any, error) {
+	p := newParams(r.URL.Query(), "from", "to", "host", "rule")
+	from, to := p.timeRange("from", "to")
+	hostName, rule := p.str("host"), p.str("rule")
+	if p.err != nil {
+		return nil, p.err
+	}
+	ctx := r.Context()
+	host, err := a.host(ctx, hostName)
+	if err != nil {
+		return nil, err
+	}
+	out := FindingsAnswer{Host: host, From: from, To: to, Rules: []string{}, Findings: []findings.Finding{}}
+	if host == "" {
+		return out, nil
+	}
+	all, err := findings.Stored(ctx, store.Plain(a.store), host, findings.Range{StartNs: from, EndNs: to})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range all {
+		if !slices.Contains(out.Rules, f.Rule) {
+			out.Rules = append(out.Rules, f.Rule)
+		}
+		if ruleMatches(f.Rule, rule) {
+			out.Findings = append(out.Findings, f)
+		}
+	}
+	slices.Sort(out.Rules)
+	return out, nil
+}
+
+func (a *api) diff(r *http.Request) (any, error) {
+	p := newParams(r.URL.Query(), "target", "reference", "host", "min_samples")
+	target, reference, hostName := p.str("target"), p.str("reference"), p.str("host")
+	minSamples, ok := p.int("min_samples", 1, 1_000_000)
+	if !ok {
+		minSamples = 10
+	}
+	if p.err == nil && (target == "" || reference == "") {
+		p.fail("target and reference are required: each FROM/TO (UTC nanoseconds, RFC 3339 times, -15m/now) or a run id")
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	ctx := r.Context()
+	if hostName != "" {
+		if _, err := a.host(ctx, hostName); err != nil {
+			return nil, err
+		}
+	}
+	d, err := findings.RankRanges(ctx, store.Plain(a.store), target, reference,
+		findings.DiffOptions{Host: hostName, MinSamples: int(minSamples)})
+	switch {
+	case errors.Is(err, findings.ErrBadRange):
+		return nil, httpError{http.StatusBadRequest, err.Error()}
+	case errors.Is(err, findings.ErrNotRecorded):
+		return nil, httpError{http.StatusNotFound, err.Error()}
+	case err != nil:
+		return nil, err
+	}
+	return d, nil
+}
