@@ -766,7 +766,7 @@ func (a *api) flame(r *http.Request) (any, error) {
 		res, err := a.query(ctx, `SELECT host, comm, ustack_id, kstack_id, sum(weight) AS w FROM samples
 			WHERE `+sel.where+`
 			GROUP BY host, comm, ustack_id, kstack_id
-			ORDER BY w DESC LIMIT `+strconv.Itoa(maxFlameStacks+1), sel.args...)
+			ORDER BY w DESC, host, comm, ustack_id, kstack_id LIMIT `+strconv.Itoa(maxFlameStacks+1), sel.args...)
 		if err != nil {
 			return err
 		}
@@ -817,6 +817,16 @@ func (a *api) flame(r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
+	// Heaviest first; equal weights in path order, whichever store.
+	slices.SortStableFunc(ans.Stacks, func(x, y *FlameStack) int {
+		if c := cmp.Compare(y.Weight, x.Weight); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.BaseWeight, x.BaseWeight); c != 0 {
+			return c
+		}
+		return slices.Compare(x.Frames, y.Frames)
+	})
 	return ans, nil
 }
 
