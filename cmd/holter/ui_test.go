@@ -33,21 +33,43 @@ func artifactDir(t *testing.T, name string) string {
 	return dir
 }
 
+// requireBrowser fails or skips the test unless node, Chromium and
+// ui/node_modules' playwright-core are there.
+func requireBrowser(t *testing.T) {
+	t.Helper()
+	testutil.RequireTool(t, "node")
+	testutil.RequireTool(t, "chromium")
+	if _, err := os.Stat(filepath.Join(testutil.RepoRoot(), "ui", "node_modules", "playwright-core")); err != nil {
+		if testutil.InCI() {
+			t.Fatal("ui/node_modules lacks playwright-core, and CI=true forbids skipping (scripts/setup.sh runs npm ci in ui/)")
+		}
+		t.Skip("ui/node_modules lacks playwright-core: run npm ci in ui/")
+	}
+}
+
+// runBrowserTests runs the node test script (in ui/) with env added,
+// HOLTER_ARTIFACTS naming the directory its screenshots go to.
+func runBrowserTests(t *testing.T, script, artifactsName string, env ...string) {
+	t.Helper()
+	artifacts := artifactDir(t, artifactsName)
+	cmd := exec.Command("node", "--test", "--test-concurrency=1", script)
+	cmd.Dir = filepath.Join(testutil.RepoRoot(), "ui")
+	cmd.Env = append(append(os.Environ(), "HOLTER_ARTIFACTS="+artifacts), env...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser tests:\n%s", out)
+	t.Logf("screenshots in %s", artifacts)
+	if err != nil {
+		t.Fatalf("browser tests failed: %v", err)
+	}
+}
+
 // TestUIInBrowser records a few 1-second epochs while a spinning and a
 // blocking workload run, then drives the UI in headless Chromium
 // (ui/test/browser.test.mjs): graphs, overlay, drill-down to a sample's
 // stack, flame graphs, top tables. Screenshots are kept as artifacts.
 func TestUIInBrowser(t *testing.T) {
 	testutil.RequireRoot(t)
-	node := testutil.RequireTool(t, "node")
-	testutil.RequireTool(t, "chromium")
-	uiDir := filepath.Join(testutil.RepoRoot(), "ui")
-	if _, err := os.Stat(filepath.Join(uiDir, "node_modules", "playwright-core")); err != nil {
-		if testutil.InCI() {
-			t.Fatal("ui/node_modules lacks playwright-core, and CI=true forbids skipping (scripts/setup.sh runs npm ci in ui/)")
-		}
-		t.Skip("ui/node_modules lacks playwright-core: run npm ci in ui/")
-	}
+	requireBrowser(t)
 	bin := testutil.BuildHolter(t)
 	spin := testutil.BuildWorkload(t, "cpu_spin")
 	block := testutil.BuildWorkload(t, "block_pipe")
@@ -83,17 +105,8 @@ func TestUIInBrowser(t *testing.T) {
 		t.Errorf("holter ui beside a recorder: exit %d, %s", code, errOut)
 	}
 
-	artifacts := artifactDir(t, "ui-browser")
-	cmd := exec.Command(node, "--test", "--test-concurrency=1", "test/browser.test.mjs")
-	cmd.Dir = uiDir
-	cmd.Env = append(os.Environ(), "HOLTER_URL=http://"+info.API+"/", "HOLTER_ARTIFACTS="+artifacts,
+	runBrowserTests(t, "test/browser.test.mjs", "ui-browser", "HOLTER_URL=http://"+info.API+"/",
 		"HOLTER_CPU_FUNC=holter_cpu_spin", "HOLTER_CPU_COMM=cpu_spin", "HOLTER_BLCK_FUNC=holter_block_on_pipe")
-	out, err := cmd.CombinedOutput()
-	t.Logf("browser tests:\n%s", out)
-	t.Logf("screenshots in %s", artifacts)
-	if err != nil {
-		t.Fatalf("browser tests failed: %v", err)
-	}
 
 	// Once the recorder stops, `holter ui` serves the stored recording.
 	r.cmd.Process.Signal(syscall.SIGINT)

@@ -177,12 +177,13 @@ func (a *api) hostInfos(ctx context.Context) ([]HostInfo, error) {
 	return out, nil
 }
 
-// typicalEpochs is the median epoch length of each of hosts, in
-// nanoseconds, and the longest of them.
-func (a *api) typicalEpochs(ctx context.Context, hosts []string) (map[string]int64, int64, error) {
-	var args []any
+// typicalEpochs is the median length of the epochs of each of hosts that
+// overlap [from, to), in nanoseconds, and the longest of them: what an
+// answer about the range says, whatever was recorded since.
+func (a *api) typicalEpochs(ctx context.Context, hosts []string, from, to int64) (map[string]int64, int64, error) {
+	args := []any{from, to}
 	res, err := a.query(ctx, `SELECT host, `+a.d.median("end_ns - start_ns")+` FROM epochs
-		WHERE `+inList("host", hosts, &args)+` GROUP BY host`, args...)
+		WHERE end_ns > $1 AND start_ns < $2 AND `+inList("host", hosts, &args)+` GROUP BY host`, args...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -366,7 +367,7 @@ func (a *api) vitals(r *http.Request) (any, error) {
 		ans.Timescale, ans.Hosts = "epoch", []string{}
 		return ans, nil
 	}
-	epochNs, longest, err := a.typicalEpochs(ctx, hosts)
+	epochNs, longest, err := a.typicalEpochs(ctx, hosts, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -835,7 +836,8 @@ func (a *api) flame(r *http.Request) (any, error) {
 // there is no user stack) and ksite (the kernel leaf) group by stacks.
 var topColumns = map[string]string{"comm": "comm", "exe": "exe", "pid": "pid", "uid": "uid"}
 
-// TopRow is one key's share of a range's samples on one host.
+// TopRow is one key's share of a range's samples on one host; Comm is the
+// process with the most weight under the key.
 type TopRow struct {
 	Key      string  `json:"key"`
 	Host     string  `json:"host"`
@@ -843,7 +845,6 @@ type TopRow struct {
 	Weight   float64 `json:"weight"`
 	Samples  int64   `json:"samples"`
 	EstCount float64 `json:"est_count"`
-	maxW     float64 // the heaviest sample's weight, which names Comm
 }
 
 // TopAnswer ranks the keys of one vital's samples by weight, per host
@@ -896,18 +897,20 @@ func (a *api) top(r *http.Request) (any, error) {
 		return ans, err
 	}
 	// Every group is read and ranked here; the key of a site is its
-	// stacks' leaf, which only the stacks table knows.
+	// stacks' leaf, which only the stacks table knows. A key's comm is
+	// the process with the most weight under it (the first by name of
+	// equals), so that both stores name the same.
 	group := topColumns[by]
 	if group == "" {
 		group = "ustack_id, kstack_id"
 	}
-	res, err := a.query(ctx, `SELECT host, `+group+`, argMax(comm, weight), max(weight), sum(weight), count(*), sum(est_count)
-		FROM samples WHERE `+sel.where+` GROUP BY host, `+group, sel.args...)
+	res, err := a.query(ctx, `SELECT host, `+group+`, comm, sum(weight), count(*), sum(est_count)
+		FROM samples WHERE `+sel.where+` GROUP BY host, `+group+`, comm`, sel.args...)
 	if err != nil {
 		return nil, err
 	}
 	keyOf := func(row []any) string { return asString(row[1]) }
-	n := 2 // the columns before the aggregates
+	n := 2 // the columns before comm
 	if topColumns[by] == "" {
 		stacks, err := a.readStacks(ctx, stackIDs(res.Rows, 1, 2))
 		if err != nil {
@@ -916,22 +919,32 @@ func (a *api) top(r *http.Request) (any, error) {
 		keyOf = func(row []any) string { return siteKey(by, framesOf(stacks, row[1]), framesOf(stacks, row[2])) }
 		n = 3
 	}
-	rows := map[[2]string]*TopRow{}
+	type hostKey struct{ host, key string }
+	rows := map[hostKey]*TopRow{}
+	commWeight := map[hostKey]map[string]float64{}
 	for _, row := range res.Rows {
-		host, key := asString(row[0]), keyOf(row)
-		tr := rows[[2]string{host, key}]
+		k := hostKey{asString(row[0]), keyOf(row)}
+		tr := rows[k]
 		if tr == nil {
-			tr = &TopRow{Key: key, Host: host}
-			rows[[2]string{host, key}] = tr
+			tr = &TopRow{Key: k.key, Host: k.host}
+			rows[k] = tr
+			commWeight[k] = map[string]float64{}
 			ans.Rows = append(ans.Rows, tr)
 		}
-		if w := asFloat(row[n+1]); w > tr.maxW || tr.Comm == "" {
-			tr.maxW, tr.Comm = w, asString(row[n])
+		w := asFloat(row[n+1])
+		commWeight[k][asString(row[n])] += w
+		tr.Weight += w
+		tr.Samples += asInt(row[n+2])
+		tr.EstCount += asFloat(row[n+3])
+		ans.TotalWeight += w
+	}
+	for k, tr := range rows {
+		best := -1.0
+		for comm, w := range commWeight[k] {
+			if w > best || (w == best && comm < tr.Comm) {
+				best, tr.Comm = w, comm
+			}
 		}
-		tr.Weight += asFloat(row[n+2])
-		tr.Samples += asInt(row[n+3])
-		tr.EstCount += asFloat(row[n+4])
-		ans.TotalWeight += asFloat(row[n+2])
 	}
 	if res.Truncated {
 		tot, err := a.query(ctx, `SELECT sum(weight) FROM samples WHERE `+sel.where, sel.args...)

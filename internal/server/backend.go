@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/store"
@@ -23,7 +24,8 @@ import (
 type dialect interface {
 	// name is the backend, for messages.
 	name() string
-	// median is the median of an integer expression, as an integer.
+	// median is the median of an integer expression, as an integer:
+	// the interpolated median rounded down, the same in both.
 	median(expr string) string
 	// contains is true when needle (a placeholder) is in the string hay.
 	contains(hay, needle string) string
@@ -36,7 +38,7 @@ type dialect interface {
 type duckDB struct{}
 
 func (duckDB) name() string                       { return "DuckDB" }
-func (duckDB) median(expr string) string          { return "median(" + expr + ")::BIGINT" }
+func (duckDB) median(expr string) string          { return "floor(median(" + expr + "))::BIGINT" }
 func (duckDB) contains(hay, needle string) string { return "contains(" + hay + ", " + needle + ")" }
 func (duckDB) anyFrameContains(frames, needle string) string {
 	return "contains(array_to_string(" + frames + ", chr(10)), " + needle + ")"
@@ -47,7 +49,7 @@ func (duckDB) anyFrameContains(frames, needle string) string {
 type clickHouse struct{}
 
 func (clickHouse) name() string              { return "ClickHouse" }
-func (clickHouse) median(expr string) string { return "toInt64(median(" + expr + "))" }
+func (clickHouse) median(expr string) string { return "toInt64(floor(median(" + expr + ")))" }
 func (clickHouse) contains(hay, needle string) string {
 	return "position(" + hay + ", " + needle + ") > 0"
 }
@@ -88,6 +90,10 @@ func (f Fleet) Query(ctx context.Context, sql string, args ...any) (*store.Resul
 	if err != nil {
 		var se *clickhouse.ServerError
 		if errors.As(err, &se) {
+			if strings.Contains(se.Msg, "Code: 81,") { // UNKNOWN_DATABASE
+				return nil, httpError{http.StatusBadGateway, fmt.Sprintf("fleet store: ClickHouse at %s has no database %s (nothing shipped there yet, or --source-db misspelt): %v",
+					f.Client.URL(), f.Client.Database(), err)}
+			}
 			return nil, err
 		}
 		if ctx.Err() != nil {

@@ -201,6 +201,16 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 		t.Errorf("the epochs table after the refused DROP: %v, %v", res, err)
 	}
 
+	// A database nothing was shipped to.
+	empty, err := clickhouse.New(chServer.URL, &clickhouse.Options{Database: "nothing_here"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, ans := getJSON(t, startServer(t, Options{Store: Fleet{Client: empty}})+"/api/overview"); code != http.StatusBadGateway ||
+		!strings.Contains(fmt.Sprint(ans), "has no database nothing_here") {
+		t.Errorf("overview of a database nothing was shipped to: %d %v", code, ans)
+	}
+
 	// The server goes away: every read endpoint answers 502 at once.
 	chServer.Stop()
 	for _, p := range []string{"/api/overview", "/api/vitals?" + rangeQ(0, 8), "/api/samples?" + rangeQ(0, 8), "/api/query?q=SELECT+1"} {

@@ -7,13 +7,9 @@
 // It drives Debian's headless Chromium through playwright-core.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { env as setting, launch } from './lib.mjs';
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set: run this through cmd/holter's TestUIInBrowser`);
-  return v;
-};
+const env = (name) => setting(name, 'TestUIInBrowser');
 const url = env('HOLTER_URL');
 const artifacts = env('HOLTER_ARTIFACTS');
 const cpuFunc = env('HOLTER_CPU_FUNC');
@@ -32,15 +28,7 @@ const uiTest = (title, shotName, fn) => test(title, async () => {
   }
 });
 
-before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
-  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  page.setDefaultTimeout(10000);
-  page.on('pageerror', (e) => console.log('page error:', e.message));
-});
+before(async () => { ({ browser, page } = await launch()); });
 after(async () => { await browser?.close(); });
 
 uiTest('the dashboard loads and its graphs show data', 'dashboard', async () => {
