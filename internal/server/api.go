@@ -238,8 +238,7 @@ func (a *api) overview(live bool) func(r *http.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		ov := Overview{Hosts: []string{}, Host: hostName, Live: live, PerHost: infos}
-		_, ov.Fleet = a.d.(clickHouse)
+		ov := Overview{Hosts: []string{}, Host: hostName, Live: live, Fleet: isFleet(a.store), PerHost: infos}
 		var chosen []HostInfo
 		for _, hi := range infos {
 			ov.Hosts = append(ov.Hosts, hi.Host)

@@ -22,8 +22,6 @@ import (
 // parameters — and join, fold and rank in Go, so one piece of code serves
 // both. What still differs is the few expressions of a dialect.
 type dialect interface {
-	// name is the backend, for messages.
-	name() string
 	// median is the median of an integer expression, as an integer:
 	// the interpolated median rounded down, the same in both.
 	median(expr string) string
@@ -37,7 +35,6 @@ type dialect interface {
 // duckDB is the dialect of a host's own store.
 type duckDB struct{}
 
-func (duckDB) name() string                       { return "DuckDB" }
 func (duckDB) median(expr string) string          { return "floor(median(" + expr + "))::BIGINT" }
 func (duckDB) contains(hay, needle string) string { return "contains(" + hay + ", " + needle + ")" }
 func (duckDB) anyFrameContains(frames, needle string) string {
@@ -48,7 +45,6 @@ func (duckDB) anyFrameContains(frames, needle string) string {
 // server (18.16).
 type clickHouse struct{}
 
-func (clickHouse) name() string              { return "ClickHouse" }
 func (clickHouse) median(expr string) string { return "toInt64(floor(median(" + expr + ")))" }
 func (clickHouse) contains(hay, needle string) string {
 	return "position(" + hay + ", " + needle + ") > 0"
@@ -61,6 +57,12 @@ func (clickHouse) anyFrameContains(frames, needle string) string {
 // DuckDB store.
 type dialected interface {
 	sqlDialect() dialect
+}
+
+// isFleet says whether q is the fleet's ClickHouse.
+func isFleet(q Querier) bool {
+	_, ok := dialectOf(q).(clickHouse)
+	return ok
 }
 
 func dialectOf(q Querier) dialect {

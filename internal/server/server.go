@@ -118,15 +118,14 @@ func Listen(opts Options) (*Server, error) {
 		}
 		query(w, r, string(body))
 	})
-	d := dialectOf(opts.Store)
-	if _, fleet := d.(clickHouse); fleet {
+	if isFleet(opts.Store) {
 		registerNotInFleet(mux)
 	} else {
 		registerRuns(mux, opts)
 		registerTrace(mux, opts)
 		registerRequests(mux, opts)
 	}
-	a := &api{store: opts.Store, d: d}
+	a := &api{store: opts.Store, d: dialectOf(opts.Store)}
 	mux.HandleFunc("GET /api/overview", handle(a.overview(opts.Status != nil)))
 	mux.HandleFunc("GET /api/vitals", handle(a.vitals))
 	mux.HandleFunc("GET /api/samples", handle(a.samples))
@@ -146,7 +145,7 @@ func Listen(opts Options) (*Server, error) {
 
 // noRecorder says why a server without a recorder cannot do what needs one.
 func noRecorder(opts Options) string {
-	if _, fleet := dialectOf(opts.Store).(clickHouse); fleet {
+	if isFleet(opts.Store) {
 		return "fleet mode: this server reads the fleet's recordings from ClickHouse and drives no recorder; ask a host's own agent (its --api address)"
 	}
 	return "no recorder: this server shows a stored recording"

@@ -41,6 +41,21 @@ test('the host selector offers every host, and a vital overlays one line per hos
     assert.equal(await page.locator('.host-legend .chip').count(), 2, 'a legend of the hosts');
     await shot('fleet-all-hosts');
 
+    // Brush the whole cpu chart: the fleet's top processes, with their host.
+    const box = await page.locator('.vital-chart[data-vital="cpu"] svg').boundingBox();
+    await page.mouse.move(box.x + 55, box.y + box.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 5 });
+    await page.mouse.move(box.x + box.width - 12, box.y + box.height / 2, { steps: 5 });
+    await page.mouse.up();
+    await page.click('.drill-tabs button[data-tab="top"]');
+    await page.waitForSelector('.top[data-by="comm"] tbody tr');
+    const head = await page.locator('.top[data-by="comm"] thead th').allTextContents();
+    assert.equal(head[1], 'host', `top processes have a host column: ${head}`);
+    const rowHosts = new Set(await page.locator('.top[data-by="comm"] tbody td.host').allTextContents());
+    assert.deepEqual([...rowHosts].sort(), hosts, 'both hosts have rows in the fleet top processes');
+    await shot('fleet-top');
+
     // One host: its lines only, and the header says so.
     await page.selectOption('#host-select', hosts[1]);
     await page.waitForFunction(() => document.querySelectorAll('.vital-chart[data-vital="cpu"] path.line').length === 1);
