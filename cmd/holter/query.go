@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/store"
@@ -55,14 +56,16 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 
 // sourceFlags name a ClickHouse server holding a fleet's recordings.
 type sourceFlags struct {
-	url, db, user *string
+	url, db, user, password *string
+	timeout                 time.Duration
 }
 
 func addSourceFlags(fs *flag.FlagSet) sourceFlags {
 	return sourceFlags{
-		url:  fs.String("source", "", "read the fleet's recordings from this ClickHouse HTTP URL instead of one host's store (password in $HOLTER_SOURCE_PASSWORD)"),
-		db:   fs.String("source-db", "holter", "ClickHouse database holding the fleet's tables"),
-		user: fs.String("source-user", "", "ClickHouse user"),
+		url:      fs.String("source", "", "read the fleet's recordings from this ClickHouse HTTP URL instead of one host's store"),
+		db:       fs.String("source-db", "holter", "ClickHouse database holding the fleet's tables"),
+		user:     fs.String("source-user", "", "ClickHouse user"),
+		password: fs.String("source-password", "", "ClickHouse password (or $HOLTER_SOURCE_PASSWORD, kept out of ps)"),
 	}
 }
 
@@ -71,7 +74,11 @@ func (f sourceFlags) client() (*clickhouse.Client, bool, error) {
 	if *f.url == "" {
 		return nil, false, nil
 	}
-	ch, err := clickhouse.New(*f.url, &clickhouse.Options{Database: *f.db, User: *f.user, Password: os.Getenv("HOLTER_SOURCE_PASSWORD")})
+	pw := *f.password
+	if pw == "" {
+		pw = os.Getenv("HOLTER_SOURCE_PASSWORD")
+	}
+	ch, err := clickhouse.New(*f.url, &clickhouse.Options{Database: *f.db, User: *f.user, Password: pw, Timeout: f.timeout})
 	if err != nil {
 		return nil, false, usagef("--source: %v", err)
 	}

@@ -8,37 +8,64 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// runUI serves the web UI over a stored recording, without recording.
+// fleetTimeout bounds one ClickHouse request of the fleet UI: a server
+// that stops answering is an error on the page, not a page that hangs.
+const fleetTimeout = 15 * time.Second
+
+// runUI serves the web UI over a stored recording, without recording, or
+// over the fleet's recordings in ClickHouse (--source).
 func runUI(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("ui", stderr)
 	data := fs.String("data", defaultDataDir, "data directory holding the store")
 	api := fs.String("api", "127.0.0.1:7070", "address to serve the UI and its API on")
 	token := fs.String("token", "", "API token; required for a non-loopback address")
+	sf := addSourceFlags(fs)
+	sf.timeout = fleetTimeout
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	st, err := store.Open(*data, &store.Options{ReadOnly: true})
+	ch, fleet, err := sf.client()
 	if err != nil {
-		if errors.Is(err, store.ErrLocked) {
-			// DuckDB lets one process at a time hold the file: the recorder
-			// serves the same UI itself.
-			if info, ok := readAgentInfo(*data); ok && info.API != "" {
-				return fmt.Errorf("a recorder (pid %d) is recording into %s and holds its store; its UI is at http://%s", info.Pid, *data, info.API)
-			}
-			return fmt.Errorf("another process holds the store in %s (a recorder started with --api \"\"?); stop it, or open the UI of a recorder started with --api: %w", *data, err)
-		}
 		return err
 	}
-	defer st.Close()
-	srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st})
+	var src server.Querier
+	var what string
+	if fleet {
+		src = server.Fleet{Client: ch}
+		what = fmt.Sprintf("the fleet in %s (database %s)", ch.URL(), ch.Database())
+		// Served whatever the answer: the page says what is wrong until
+		// the server answers.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := ch.Version(ctx); err != nil {
+			fmt.Fprintf(stderr, "holter ui: warning: ClickHouse at %s does not answer yet: %v\n", ch.URL(), err)
+		}
+		cancel()
+	} else {
+		st, err := store.Open(*data, &store.Options{ReadOnly: true})
+		if err != nil {
+			if errors.Is(err, store.ErrLocked) {
+				// DuckDB lets one process at a time hold the file: the recorder
+				// serves the same UI itself.
+				if info, ok := readAgentInfo(*data); ok && info.API != "" {
+					return fmt.Errorf("a recorder (pid %d) is recording into %s and holds its store; its UI is at http://%s", info.Pid, *data, info.API)
+				}
+				return fmt.Errorf("another process holds the store in %s (a recorder started with --api \"\"?); stop it, or open the UI of a recorder started with --api: %w", *data, err)
+			}
+			return err
+		}
+		defer st.Close()
+		src, what = st, st.Path()
+	}
+	srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: src})
 	if err != nil {
 		return err
 	}
@@ -48,6 +75,6 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 		<-ctx.Done()
 		srv.Shutdown(context.Background())
 	}()
-	fmt.Fprintf(stdout, "holter UI for %s on http://%s\n", st.Path(), srv.Addr())
+	fmt.Fprintf(stdout, "holter UI for %s on http://%s\n", what, srv.Addr())
 	return srv.Serve()
 }

@@ -42,6 +42,36 @@ func artifactDir(t *testing.T, name string) string {
 	return dir
 }
 
+// requireBrowser fails or skips the test unless node, Chromium and
+// ui/node_modules' playwright-core are there.
+func requireBrowser(t *testing.T) {
+	t.Helper()
+	testutil.RequireTool(t, "node")
+	testutil.RequireTool(t, "chromium")
+	if _, err := os.Stat(filepath.Join(testutil.RepoRoot(), "ui", "node_modules", "playwright-core")); err != nil {
+		if testutil.InCI() {
+			t.Fatal("ui/node_modules lacks playwright-core, and CI=true forbids skipping (scripts/setup.sh runs npm ci in ui/)")
+		}
+		t.Skip("ui/node_modules lacks playwright-core: run npm ci in ui/")
+	}
+}
+
+// runBrowserTests runs the node test script (in ui/) with env added,
+// HOLTER_ARTIFACTS naming the directory its screenshots go to.
+func runBrowserTests(t *testing.T, script, artifactsName string, env ...string) {
+	t.Helper()
+	artifacts := artifactDir(t, artifactsName)
+	cmd := exec.Command("node", "--test", "--test-concurrency=1", script)
+	cmd.Dir = filepath.Join(testutil.RepoRoot(), "ui")
+	cmd.Env = append(append(os.Environ(), "HOLTER_ARTIFACTS="+artifacts), env...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser tests:\n%s", out)
+	t.Logf("screenshots in %s", artifacts)
+	if err != nil {
+		t.Fatalf("browser tests failed: %v", err)
+	}
+}
+
 // TestUIInBrowser records a few 1-second epochs while a spinning and a
 // blocking workload run and a request's spans arrive over OTLP/HTTP JSON,
 // then drives the UI in headless Chromium (ui/test/browser.test.mjs):
@@ -53,15 +83,7 @@ func artifactDir(t *testing.T, name string) string {
 // artifacts.
 func TestUIInBrowser(t *testing.T) {
 	testutil.RequireRoot(t)
-	node := testutil.RequireTool(t, "node")
-	testutil.RequireTool(t, "chromium")
-	uiDir := filepath.Join(testutil.RepoRoot(), "ui")
-	if _, err := os.Stat(filepath.Join(uiDir, "node_modules", "playwright-core")); err != nil {
-		if testutil.InCI() {
-			t.Fatal("ui/node_modules lacks playwright-core, and CI=true forbids skipping (scripts/setup.sh runs npm ci in ui/)")
-		}
-		t.Skip("ui/node_modules lacks playwright-core: run npm ci in ui/")
-	}
+	requireBrowser(t)
 	bin := testutil.BuildHolter(t)
 	spin := testutil.BuildWorkload(t, "cpu_spin")
 	block := testutil.BuildWorkload(t, "block_pipe")
@@ -102,17 +124,8 @@ func TestUIInBrowser(t *testing.T) {
 
 	timeUIEndpoints(t, "http://"+info.API, traceID)
 
-	artifacts := artifactDir(t, "ui-browser")
-	cmd := exec.Command(node, "--test", "--test-concurrency=1", "test/browser.test.mjs")
-	cmd.Dir = uiDir
-	cmd.Env = append(os.Environ(), "HOLTER_URL=http://"+info.API+"/", "HOLTER_ARTIFACTS="+artifacts,
+	runBrowserTests(t, "test/browser.test.mjs", "ui-browser", "HOLTER_URL=http://"+info.API+"/",
 		"HOLTER_CPU_FUNC=holter_cpu_spin", "HOLTER_CPU_COMM=cpu_spin", "HOLTER_BLCK_FUNC=holter_block_on_pipe", "HOLTER_TRACE_ID="+traceID)
-	out, err := cmd.CombinedOutput()
-	t.Logf("browser tests:\n%s", out)
-	t.Logf("screenshots in %s", artifacts)
-	if err != nil {
-		t.Fatalf("browser tests failed: %v", err)
-	}
 
 	// Once the recorder stops, `holter ui` serves the stored recording.
 	r.cmd.Process.Signal(syscall.SIGINT)
@@ -143,15 +156,8 @@ func TestUIInBrowser(t *testing.T) {
 		t.Errorf("stored recording's overview: %+v (%v)", ov, err)
 	}
 
-	cmd = exec.Command(node, "--test", "test/findings.test.mjs")
-	cmd.Dir = uiDir
-	cmd.Env = append(os.Environ(), "HOLTER_URL="+addr+"/", "HOLTER_ARTIFACTS="+artifacts,
+	runBrowserTests(t, "test/findings.test.mjs", "ui-browser-findings", "HOLTER_URL="+addr+"/",
 		"HOLTER_FINDING_RULE="+finding.Rule, "HOLTER_CPU_COMM="+finding.Processes[0].Comm)
-	out, err = cmd.CombinedOutput()
-	t.Logf("findings browser test:\n%s", out)
-	if err != nil {
-		t.Fatalf("findings browser test failed: %v", err)
-	}
 }
 
 // uiFindingRule names the finding TestUIInBrowser stores.

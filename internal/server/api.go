@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,10 +34,12 @@ const (
 
 type api struct {
 	store Querier
+	d     dialect
 }
 
 // query runs SQL with args. The SQL is ours and the parameters were
-// checked before, so a failure here is the server's (500), not the user's.
+// checked before, so a failure here is the server's (500), not the user's,
+// unless the store says otherwise (an unreachable fleet store is a 502).
 func (a *api) query(ctx context.Context, sql string, args ...any) (*store.Result, error) {
 	return a.store.Query(ctx, sql, args...)
 }
@@ -47,16 +50,23 @@ func handle(f func(r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		out, err := f(r)
 		if err != nil {
-			code := http.StatusInternalServerError
-			var he httpError
-			if errors.As(err, &he) {
-				code = he.code
-			}
-			writeError(w, code, err.Error())
+			writeError(w, errorCode(err), err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// errorCode is an httpError's code, else def (500 unless given).
+func errorCode(err error, def ...int) int {
+	var he httpError
+	if errors.As(err, &he) {
+		return he.code
+	}
+	if len(def) > 0 {
+		return def[0]
+	}
+	return http.StatusInternalServerError
 }
 
 type httpError struct {
@@ -66,51 +76,132 @@ type httpError struct {
 
 func (e httpError) Error() string { return e.msg }
 
-// host returns the host a request is about: the one named, which must be
-// recorded, or else the one that recorded last.
-func (a *api) host(ctx context.Context, name string) (string, error) {
+// hosts returns the hosts a request is about: the one named, which must
+// have recorded, or else every host that has, in name order.
+func (a *api) hosts(ctx context.Context, name string) ([]string, error) {
 	if name != "" {
 		res, err := a.query(ctx, `SELECT 1 FROM epochs WHERE host = $1 LIMIT 1`, name)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if len(res.Rows) == 0 {
-			return "", httpError{http.StatusNotFound, fmt.Sprintf("host: nothing recorded for host %q", name)}
+			return nil, unknownHost(name)
 		}
-		return name, nil
+		return []string{name}, nil
 	}
-	res, err := a.query(ctx, `SELECT host FROM epochs ORDER BY end_ns DESC LIMIT 1`)
-	if err != nil || len(res.Rows) == 0 {
-		return "", err
+	res, err := a.query(ctx, `SELECT DISTINCT host FROM epochs ORDER BY host`)
+	if err != nil {
+		return nil, err
 	}
-	return asString(res.Rows[0][0]), nil
+	var out []string
+	for _, row := range res.Rows {
+		out = append(out, asString(row[0]))
+	}
+	return out, nil
 }
 
-// epochSpan returns the epochs of host whose middle falls in [from, to):
-// clicking an epoch or brushing a range must not pick up its neighbours,
-// and the UI's times are doubles, a few hundred nanoseconds off.
-func (a *api) epochSpan(ctx context.Context, host string, from, to int64) (lo, hi int64, ok bool, err error) {
-	res, err := a.query(ctx, `SELECT min(epoch), max(epoch) FROM epochs
-		WHERE host = $1 AND (start_ns + end_ns) / 2 >= $2 AND (start_ns + end_ns) / 2 < $3`, host, from, to)
-	if err != nil || len(res.Rows) == 0 || res.Rows[0][0] == nil {
-		return 0, 0, false, err
-	}
-	return asInt(res.Rows[0][0]), asInt(res.Rows[0][1]), true, nil
+func unknownHost(name string) error {
+	return httpError{http.StatusNotFound, fmt.Sprintf("host: nothing recorded for host %q", name)}
 }
 
-// typicalEpoch is the median epoch length of host, in nanoseconds.
-func (a *api) typicalEpoch(ctx context.Context, host string) (int64, error) {
-	res, err := a.query(ctx, `SELECT median(end_ns - start_ns)::BIGINT FROM epochs WHERE host = $1`, host)
-	if err != nil || len(res.Rows) == 0 || res.Rows[0][0] == nil {
-		return 0, err
+// inList is "col IN ($k, …)" over vals, their arguments appended to args.
+// vals must not be empty.
+func inList(col string, vals []string, args *[]any) string {
+	ph := make([]string, len(vals))
+	for i, v := range vals {
+		*args = append(*args, v)
+		ph[i] = fmt.Sprintf("$%d", len(*args))
 	}
-	return asInt(res.Rows[0][0]), nil
+	return col + " IN (" + strings.Join(ph, ", ") + ")"
 }
 
-// Overview is what the UI needs first: what is recorded, and where.
+// epochSpan is the epochs of one host that a time range covers.
+type epochSpan struct {
+	host   string
+	lo, hi int64
+}
+
+// epochSpans returns, per host, the epochs whose middle falls in
+// [from, to): clicking an epoch or brushing a range must not pick up its
+// neighbours, and the UI's times are doubles, a few hundred nanoseconds
+// off. Hosts without such an epoch are left out.
+func (a *api) epochSpans(ctx context.Context, hosts []string, from, to int64) ([]epochSpan, error) {
+	args := []any{from, to}
+	res, err := a.query(ctx, `SELECT host, min(epoch), max(epoch) FROM epochs
+		WHERE (start_ns + end_ns) / 2 >= $1 AND (start_ns + end_ns) / 2 < $2 AND `+inList("host", hosts, &args)+`
+		GROUP BY host ORDER BY host`, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []epochSpan
+	for _, row := range res.Rows {
+		out = append(out, epochSpan{asString(row[0]), asInt(row[1]), asInt(row[2])})
+	}
+	return out, nil
+}
+
+// spanCond is the condition on a table keyed by host and epoch that keeps
+// the rows of spans, their arguments appended to args.
+func spanCond(spans []epochSpan, args *[]any) string {
+	ors := make([]string, len(spans))
+	for i, s := range spans {
+		*args = append(*args, s.host, s.lo, s.hi)
+		n := len(*args)
+		ors[i] = fmt.Sprintf("(host = $%d AND epoch BETWEEN $%d AND $%d)", n-2, n-1, n)
+	}
+	return "(" + strings.Join(ors, " OR ") + ")"
+}
+
+// HostInfo is what one host recorded.
+type HostInfo struct {
+	Host      string `json:"host"`
+	FirstNs   int64  `json:"first_ns"`
+	LastNs    int64  `json:"last_ns"`
+	Epochs    int64  `json:"epochs"`
+	LastEpoch int64  `json:"last_epoch"`
+	EpochNs   int64  `json:"epoch_ns"` // the median epoch length
+}
+
+// hostInfos is what each host recorded, in name order.
+func (a *api) hostInfos(ctx context.Context) ([]HostInfo, error) {
+	res, err := a.query(ctx, `SELECT host, min(start_ns), max(end_ns), count(*), max(epoch), `+a.d.median("end_ns - start_ns")+`
+		FROM epochs GROUP BY host ORDER BY host`)
+	if err != nil {
+		return nil, err
+	}
+	out := []HostInfo{}
+	for _, r := range res.Rows {
+		out = append(out, HostInfo{Host: asString(r[0]), FirstNs: asInt(r[1]), LastNs: asInt(r[2]), Epochs: asInt(r[3]),
+			LastEpoch: asInt(r[4]), EpochNs: asInt(r[5])})
+	}
+	return out, nil
+}
+
+// typicalEpochs is the median length of the epochs of each of hosts that
+// overlap [from, to), in nanoseconds, and the longest of them: what an
+// answer about the range says, whatever was recorded since.
+func (a *api) typicalEpochs(ctx context.Context, hosts []string, from, to int64) (map[string]int64, int64, error) {
+	args := []any{from, to}
+	res, err := a.query(ctx, `SELECT host, `+a.d.median("end_ns - start_ns")+` FROM epochs
+		WHERE end_ns > $1 AND start_ns < $2 AND `+inList("host", hosts, &args)+` GROUP BY host`, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, longest := map[string]int64{}, int64(0)
+	for _, r := range res.Rows {
+		out[asString(r[0])] = asInt(r[1])
+		longest = max(longest, asInt(r[1]))
+	}
+	return out, longest, nil
+}
+
+// Overview is what the UI needs first: what is recorded, and where. Host
+// is the host asked for, or the only one; empty, the figures are the
+// fleet's (every host's epochs). PerHost is what each host recorded.
 type Overview struct {
 	Hosts      []string       `json:"hosts"`
 	Host       string         `json:"host"`
+	Fleet      bool           `json:"fleet"`
 	FirstNs    int64          `json:"first_ns"`
 	LastNs     int64          `json:"last_ns"`
 	Epochs     int64          `json:"epochs"`
@@ -119,6 +210,7 @@ type Overview struct {
 	Live       bool           `json:"live"`
 	Vitals     []VitalInfo    `json:"vitals"`
 	Timescales []TimescaleDef `json:"timescales"`
+	PerHost    []HostInfo     `json:"per_host"`
 }
 
 // VitalInfo names a vital and the unit of its weights.
@@ -142,30 +234,38 @@ func (a *api) overview(live bool) func(r *http.Request) (any, error) {
 			return nil, p.err
 		}
 		ctx := r.Context()
-		host, err := a.host(ctx, hostName)
+		infos, err := a.hostInfos(ctx)
 		if err != nil {
 			return nil, err
 		}
-		ov := Overview{Hosts: []string{}, Host: host, Live: live}
-		hosts, err := a.query(ctx, `SELECT DISTINCT host FROM epochs ORDER BY host`)
-		if err != nil {
-			return nil, err
+		ov := Overview{Hosts: []string{}, Host: hostName, Live: live, Fleet: isFleet(a.store), PerHost: infos}
+		var chosen []HostInfo
+		for _, hi := range infos {
+			ov.Hosts = append(ov.Hosts, hi.Host)
+			if hostName == "" || hi.Host == hostName {
+				chosen = append(chosen, hi)
+			}
 		}
-		for _, row := range hosts.Rows {
-			ov.Hosts = append(ov.Hosts, asString(row[0]))
+		if hostName != "" && len(chosen) == 0 {
+			return nil, unknownHost(hostName)
+		}
+		if len(infos) == 1 {
+			ov.Host = infos[0].Host
+		}
+		var args []any
+		var lasts []string
+		for i, hi := range chosen {
+			if i == 0 || hi.FirstNs < ov.FirstNs {
+				ov.FirstNs = hi.FirstNs
+			}
+			ov.LastNs, ov.LastEpoch, ov.EpochNs = max(ov.LastNs, hi.LastNs), max(ov.LastEpoch, hi.LastEpoch), max(ov.EpochNs, hi.EpochNs)
+			ov.Epochs += hi.Epochs
+			args = append(args, hi.Host, hi.LastEpoch)
+			lasts = append(lasts, fmt.Sprintf("(host = $%d AND epoch = $%d)", len(args)-1, len(args)))
 		}
 		recorded := map[string]bool{}
-		if host != "" {
-			res, err := a.query(ctx, `SELECT min(start_ns), max(end_ns), count(*), max(epoch) FROM epochs WHERE host = $1`, host)
-			if err != nil {
-				return nil, err
-			}
-			row := res.Rows[0]
-			ov.FirstNs, ov.LastNs, ov.Epochs, ov.LastEpoch = asInt(row[0]), asInt(row[1]), asInt(row[2]), asInt(row[3])
-			if ov.EpochNs, err = a.typicalEpoch(ctx, host); err != nil {
-				return nil, err
-			}
-			vs, err := a.query(ctx, `SELECT DISTINCT vital FROM vitals WHERE host = $1 AND epoch = $2`, host, ov.LastEpoch)
+		if len(lasts) > 0 {
+			vs, err := a.query(ctx, `SELECT DISTINCT vital FROM vitals WHERE `+strings.Join(lasts, " OR "), args...)
 			if err != nil {
 				return nil, err
 			}
@@ -184,10 +284,12 @@ func (a *api) overview(live bool) func(r *http.Request) (any, error) {
 	}
 }
 
-// Series is one vital over time. Seconds is how much recorded time each
-// point covers, so a point's rate is Weight/Seconds whatever the timescale.
+// Series is one vital of one host over time. Seconds is how much recorded
+// time each point covers, so a point's rate is Weight/Seconds whatever the
+// timescale.
 type Series struct {
 	Vital   string    `json:"vital"`
+	Host    string    `json:"host"`
 	Unit    string    `json:"unit"`
 	T       []int64   `json:"t"`
 	Weight  []float64 `json:"weight"`
@@ -197,9 +299,22 @@ type Series struct {
 	Seconds []float64 `json:"seconds"`
 }
 
-// VitalsAnswer is the vitals of a range at one timescale.
+func (s *Series) add(t int64, weight, events, samples, lost, seconds float64) {
+	s.T = append(s.T, t)
+	s.Weight = append(s.Weight, weight)
+	s.Events = append(s.Events, events)
+	s.Samples = append(s.Samples, samples)
+	s.Lost = append(s.Lost, lost)
+	s.Seconds = append(s.Seconds, seconds)
+}
+
+// VitalsAnswer is the vitals of a range at one timescale: one series per
+// vital and host, vital by vital, so several hosts' series of a vital can
+// be overlaid on one time axis. Host is the host asked for (or the only
+// one); empty, the series are every host's.
 type VitalsAnswer struct {
 	Host      string    `json:"host"`
+	Hosts     []string  `json:"hosts"`
 	From      int64     `json:"from"`
 	To        int64     `json:"to"`
 	Timescale string    `json:"timescale"`
@@ -239,68 +354,110 @@ func (a *api) vitals(r *http.Request) (any, error) {
 		return nil, p.err
 	}
 	ctx := r.Context()
-	host, err := a.host(ctx, hostName)
+	hosts, err := a.hosts(ctx, hostName)
 	if err != nil {
 		return nil, err
 	}
-	ans := &VitalsAnswer{Host: host, From: from, To: to, Series: []*Series{}}
-	epochNs, err := a.typicalEpoch(ctx, host)
+	ans := &VitalsAnswer{Host: hostName, Hosts: hosts, From: from, To: to, Series: []*Series{}}
+	if len(hosts) == 1 {
+		ans.Host = hosts[0]
+	}
+	if len(hosts) == 0 {
+		ans.Timescale, ans.Hosts = "epoch", []string{}
+		return ans, nil
+	}
+	epochNs, longest, err := a.typicalEpochs(ctx, hosts, from, to)
 	if err != nil {
 		return nil, err
 	}
 	if timescale == "auto" {
-		timescale = pickTimescale(to-from, epochNs)
+		timescale = pickTimescale(to-from, longest)
 	}
 	ans.Timescale = timescale
-	byVital := map[string]*Series{}
+	series := map[[2]string]*Series{}
 	for _, v := range vitals {
-		s := &Series{Vital: v, Unit: vitalUnit(v), T: []int64{}, Weight: []float64{}, Events: []float64{},
-			Samples: []float64{}, Lost: []float64{}, Seconds: []float64{}}
-		byVital[v] = s
-		ans.Series = append(ans.Series, s)
-	}
-	// The vital names are checked against the known list: quoting them
-	// inline is safe, and keeps the IN list a constant DuckDB can prune on.
-	in := "'" + strings.Join(vitals, "','") + "'"
-	var res *store.Result
-	if timescale == "epoch" {
-		ans.BucketNs = epochNs
-		res, err = a.query(ctx, `SELECT v.vital, e.start_ns, v.weight_sum::DOUBLE, v.events::DOUBLE, v.samples::DOUBLE,
-				(v.lost_ringbuf + v.lost_state)::DOUBLE, (e.end_ns - e.start_ns) / 1e9
-			FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
-			WHERE e.host = $1 AND e.end_ns > $2 AND e.start_ns < $3 AND v.vital IN (`+in+`)
-			ORDER BY v.vital, e.start_ns`, host, from, to)
-	} else {
-		var width int64
-		for _, ts := range store.Timescales {
-			if ts.Name == timescale {
-				width = ts.Width.Nanoseconds()
-			}
+		for _, h := range hosts {
+			s := &Series{Vital: v, Host: h, Unit: vitalUnit(v), T: []int64{}, Weight: []float64{}, Events: []float64{},
+				Samples: []float64{}, Lost: []float64{}, Seconds: []float64{}}
+			series[[2]string{v, h}] = s
+			ans.Series = append(ans.Series, s)
 		}
-		ans.BucketNs = width
-		res, err = a.query(ctx, `SELECT vital, bucket_ns, weight_sum::DOUBLE, events::DOUBLE, samples::DOUBLE,
-				lost::DOUBLE, epochs * $5 / 1e9
-			FROM rollups
-			WHERE timescale = $1 AND host = $2 AND bucket_ns > $3 - $6 AND bucket_ns < $4 AND vital IN (`+in+`)
-			ORDER BY vital, bucket_ns`, timescale, host, from, to, epochNs, width)
 	}
+	if timescale == "epoch" {
+		ans.BucketNs = longest
+		return ans, a.epochVitals(ctx, hosts, vitals, from, to, series)
+	}
+	var width int64
+	for _, ts := range store.Timescales {
+		if ts.Name == timescale {
+			width = ts.Width.Nanoseconds()
+		}
+	}
+	ans.BucketNs = width
+	args := []any{timescale, from - width, to}
+	res, err := a.query(ctx, `SELECT vital, host, bucket_ns, weight_sum, events, samples, lost, epochs
+		FROM rollups
+		WHERE timescale = $1 AND bucket_ns > $2 AND bucket_ns < $3 AND `+inList("host", hosts, &args)+`
+			AND `+inList("vital", vitals, &args)+`
+		ORDER BY vital, host, bucket_ns`, args...)
 	if err != nil {
 		return nil, err
 	}
 	for _, row := range res.Rows {
-		s := byVital[asString(row[0])]
-		s.T = append(s.T, asInt(row[1]))
-		s.Weight = append(s.Weight, asFloat(row[2]))
-		s.Events = append(s.Events, asFloat(row[3]))
-		s.Samples = append(s.Samples, asFloat(row[4]))
-		s.Lost = append(s.Lost, asFloat(row[5]))
-		s.Seconds = append(s.Seconds, asFloat(row[6]))
+		host := asString(row[1])
+		series[[2]string{asString(row[0]), host}].add(asInt(row[2]), asFloat(row[3]), asFloat(row[4]), asFloat(row[5]),
+			asFloat(row[6]), asFloat(row[7])*float64(epochNs[host])/1e9)
 	}
 	return ans, nil
 }
 
+// epochVitals fills series with the vitals of each epoch of hosts that
+// overlaps [from, to). The epochs' times and the vitals are read apart
+// and joined here: one statement per table reads the same in every
+// dialect.
+func (a *api) epochVitals(ctx context.Context, hosts, vitals []string, from, to int64, series map[[2]string]*Series) error {
+	args := []any{from, to}
+	eps, err := a.query(ctx, `SELECT host, epoch, start_ns, end_ns FROM epochs
+		WHERE end_ns > $1 AND start_ns < $2 AND `+inList("host", hosts, &args)+` ORDER BY host, epoch`, args...)
+	if err != nil {
+		return err
+	}
+	type times struct{ start, end int64 }
+	epochs := map[string]map[int64]times{}
+	var spans []epochSpan
+	for _, row := range eps.Rows {
+		h, e := asString(row[0]), asInt(row[1])
+		if epochs[h] == nil {
+			epochs[h] = map[int64]times{}
+			spans = append(spans, epochSpan{h, e, e})
+		}
+		epochs[h][e] = times{asInt(row[2]), asInt(row[3])}
+		spans[len(spans)-1].hi = e
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	args = nil
+	res, err := a.query(ctx, `SELECT vital, host, epoch, weight_sum, events, samples, lost_ringbuf + lost_state
+		FROM vitals WHERE `+spanCond(spans, &args)+` AND `+inList("vital", vitals, &args)+`
+		ORDER BY vital, host, epoch`, args...)
+	if err != nil {
+		return err
+	}
+	for _, row := range res.Rows {
+		h := asString(row[1])
+		ep, ok := epochs[h][asInt(row[2])]
+		if !ok {
+			continue
+		}
+		series[[2]string{asString(row[0]), h}].add(ep.start, asFloat(row[3]), asFloat(row[4]), asFloat(row[5]),
+			asFloat(row[6]), float64(ep.end-ep.start)/1e9)
+	}
+	return nil
+}
+
 // sampleFilter is the drill-down's choice of samples: a range of epochs
-// of one host, optionally one vital, and the process filters.
+// of one host or all, optionally one vital, and the process filters.
 type sampleFilter struct {
 	host     string
 	from, to int64
@@ -328,47 +485,59 @@ func readFilter(p *params, vitalRequired bool) sampleFilter {
 	return f
 }
 
-// where returns the WHERE clause over samples s and its arguments, or
-// ok=false when the range holds no epoch.
-func (a *api) where(ctx context.Context, f *sampleFilter) (clause string, args []any, ok bool, err error) {
-	if f.host, err = a.host(ctx, f.host); err != nil {
-		return "", nil, false, err
+// selection is a filter made SQL: the WHERE clause over samples, its
+// arguments, and how many hosts it spans.
+type selection struct {
+	where string
+	args  []any
+	hosts int
+}
+
+// where returns the selection of f, or ok=false when the range holds no
+// epoch of the hosts asked for.
+func (a *api) where(ctx context.Context, f *sampleFilter) (sel selection, ok bool, err error) {
+	hosts, err := a.hosts(ctx, f.host)
+	if err != nil || len(hosts) == 0 {
+		return sel, false, err
 	}
-	lo, hi, ok, err := a.epochSpan(ctx, f.host, f.from, f.to)
-	if err != nil || !ok {
-		return "", nil, false, err
+	spans, err := a.epochSpans(ctx, hosts, f.from, f.to)
+	if err != nil || len(spans) == 0 {
+		return sel, false, err
 	}
-	args = []any{f.host, lo, hi}
-	conds := []string{"s.host = $1", "s.epoch BETWEEN $2 AND $3"}
+	sel.hosts = len(spans)
+	conds := []string{spanCond(spans, &sel.args)}
 	add := func(cond string, v any) {
-		args = append(args, v)
-		conds = append(conds, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
+		sel.args = append(sel.args, v)
+		conds = append(conds, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(sel.args))))
 	}
 	if f.vital != "" {
-		add("s.vital = ?", f.vital)
+		add("vital = ?", f.vital)
 	}
 	if f.hasPid {
-		add("s.pid = ?", f.pid)
+		add("pid = ?", f.pid)
 	}
 	if f.hasUid {
-		add("s.uid = ?", f.uid)
+		add("uid = ?", f.uid)
 	}
 	if f.comm != "" {
-		add("contains(s.comm, ?)", f.comm)
+		add(a.d.contains("comm", "?"), f.comm)
 	}
 	if f.exe != "" {
-		add("contains(s.exe, ?)", f.exe)
+		add(a.d.contains("exe", "?"), f.exe)
 	}
 	if f.fn != "" {
-		add(`(s.kstack_id IN (SELECT stack_id FROM stacks WHERE contains(array_to_string(frames, chr(10)), ?))
-			OR s.ustack_id IN (SELECT stack_id FROM stacks WHERE contains(array_to_string(frames, chr(10)), ?)))`, f.fn)
+		has := a.d.anyFrameContains("frames", "?")
+		add(`(kstack_id IN (SELECT stack_id FROM stacks WHERE `+has+`)
+			OR ustack_id IN (SELECT stack_id FROM stacks WHERE `+has+`))`, f.fn)
 	}
-	return strings.Join(conds, " AND "), args, true, nil
+	sel.where = strings.Join(conds, " AND ")
+	return sel, true, nil
 }
 
 // Sample is one sampled event as the drill-down shows it. Ids are
 // strings: they are 64-bit hashes, beyond what a JSON number keeps exact.
 type Sample struct {
+	Host      string         `json:"host"`
 	Epoch     int64          `json:"epoch"`
 	TsNs      int64          `json:"ts_ns"`
 	Vital     string         `json:"vital"`
@@ -405,55 +574,54 @@ func (a *api) samples(r *http.Request) (any, error) {
 		return nil, p.err
 	}
 	ans := &SamplesAnswer{Offset: offset, Samples: []*Sample{}}
-	where, args, ok, err := a.where(r.Context(), &f)
+	sel, ok, err := a.where(r.Context(), &f)
 	if err != nil || !ok {
 		return ans, err
 	}
-	orderBy := "s.ts_ns, s.tid"
+	orderBy := "ts_ns, tid, host"
 	if order == "weight" {
-		orderBy = "s.weight DESC, s.ts_ns"
+		orderBy = "weight DESC, ts_ns, tid, host"
 	}
-	cols := []string{"epoch", "ts_ns", "vital", "label_hash::VARCHAR", "weight::DOUBLE", "est_count::DOUBLE",
-		"pid", "tid", "uid", "comm", "exe", "kstack_id::VARCHAR", "ustack_id::VARCHAR"}
+	cols := []string{"host", "epoch", "ts_ns", "vital", "label_hash", "weight", "est_count",
+		"pid", "tid", "uid", "comm", "exe", "kstack_id", "ustack_id"}
 	fixed := len(cols)
 	for _, c := range store.SampleFields {
 		cols = append(cols, c.Name)
 	}
-	res, err := a.query(r.Context(), `SELECT `+prefixed("s.", cols)+`, count(*) OVER () FROM samples s
-		WHERE `+where+` ORDER BY `+orderBy+fmt.Sprintf(` LIMIT %d OFFSET %d`, limit, offset), args...)
+	res, err := a.query(r.Context(), `SELECT `+strings.Join(cols, ", ")+` FROM samples
+		WHERE `+sel.where+` ORDER BY `+orderBy+fmt.Sprintf(` LIMIT %d OFFSET %d`, limit, offset), sel.args...)
 	if err != nil {
 		return nil, err
 	}
 	for _, row := range res.Rows {
-		s := &Sample{Epoch: asInt(row[0]), TsNs: asInt(row[1]), Vital: asString(row[2]), LabelHash: asString(row[3]),
-			Weight: asFloat(row[4]), EstCount: asFloat(row[5]), Pid: asInt(row[6]), Tid: asInt(row[7]), Uid: asInt(row[8]),
-			Comm: asString(row[9]), Exe: asString(row[10]), KStackID: optString(row[11]), UStackID: optString(row[12]),
+		s := &Sample{Host: asString(row[0]), Epoch: asInt(row[1]), TsNs: asInt(row[2]), Vital: asString(row[3]), LabelHash: asString(row[4]),
+			Weight: asFloat(row[5]), EstCount: asFloat(row[6]), Pid: asInt(row[7]), Tid: asInt(row[8]), Uid: asInt(row[9]),
+			Comm: asString(row[10]), Exe: asString(row[11]), KStackID: optString(row[12]), UStackID: optString(row[13]),
 			Fields: map[string]any{}}
 		for i, c := range store.SampleFields {
 			if v := row[fixed+i]; v != nil {
-				s.Fields[c.Name] = jsonSafe(v)
+				s.Fields[c.Name] = fieldValue(c, v)
 			}
 		}
-		ans.Total = asInt(row[len(row)-1])
 		ans.Samples = append(ans.Samples, s)
 	}
-	if len(res.Rows) == 0 && offset > 0 {
-		// The page is past the end; say how many there are.
-		cnt, err := a.query(r.Context(), `SELECT count(*) FROM samples s WHERE `+where, args...)
-		if err != nil {
-			return nil, err
-		}
-		ans.Total = asInt(cnt.Rows[0][0])
+	cnt, err := a.query(r.Context(), `SELECT count(*) FROM samples WHERE `+sel.where, sel.args...)
+	if err != nil {
+		return nil, err
 	}
+	ans.Total = asInt(cnt.Rows[0][0])
 	return ans, nil
 }
 
-func prefixed(prefix string, cols []string) string {
-	out := make([]string, len(cols))
-	for i, c := range cols {
-		out[i] = prefix + c
+// fieldValue is a sample field as JSON: a boolean column is a boolean
+// whichever store it comes from (ClickHouse keeps it as 0/1).
+func fieldValue(c store.Column, v any) any {
+	if c.Type == "BOOLEAN" {
+		if _, ok := v.(bool); !ok {
+			return asInt(v) != 0
+		}
 	}
-	return strings.Join(out, ", ")
+	return jsonSafe(v)
 }
 
 // Stack is a symbolized stack, leaf first.
@@ -462,6 +630,30 @@ type Stack struct {
 	Kind    string   `json:"kind"`
 	Frames  []string `json:"frames"`
 	Modules []string `json:"modules"`
+}
+
+// stackChunk bounds the ids one stacks statement asks for.
+const stackChunk = 1000
+
+// readStacks returns the stacks of ids (decimal strings of unsigned
+// integers, checked or read from the store), by id.
+func (a *api) readStacks(ctx context.Context, ids []string) (map[string]*Stack, error) {
+	out := map[string]*Stack{}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), stackChunk)]
+		ids = ids[len(chunk):]
+		// The ids are integers: inline is safe.
+		res, err := a.query(ctx, `SELECT stack_id, kind, frames, modules FROM stacks
+			WHERE stack_id IN (`+strings.Join(chunk, ",")+`)`)
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range res.Rows {
+			st := &Stack{ID: asString(row[0]), Kind: asString(row[1]), Frames: asStrings(row[2]), Modules: asStrings(row[3])}
+			out[st.ID] = st
+		}
+	}
+	return out, nil
 }
 
 func (a *api) stacks(r *http.Request) (any, error) {
@@ -476,32 +668,64 @@ func (a *api) stacks(r *http.Request) (any, error) {
 	}
 	var in []string
 	for _, id := range ids {
-		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+		n, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
 			p.fail("id: %q is not a stack id (an unsigned 64-bit integer)", id)
 		}
-		in = append(in, id)
+		in = append(in, strconv.FormatUint(n, 10))
 	}
 	if p.err != nil {
 		return nil, p.err
 	}
-	// The ids parsed as integers: inline is safe.
-	res, err := a.query(r.Context(), `SELECT stack_id::VARCHAR, kind, frames, modules FROM stacks
-		WHERE stack_id IN (`+strings.Join(in, ",")+`)`)
+	byID, err := a.readStacks(r.Context(), in)
 	if err != nil {
 		return nil, err
 	}
 	out := struct {
 		Stacks []Stack `json:"stacks"`
 	}{Stacks: []Stack{}}
-	for _, row := range res.Rows {
-		out.Stacks = append(out.Stacks, Stack{ID: asString(row[0]), Kind: asString(row[1]),
-			Frames: asStrings(row[2]), Modules: asStrings(row[3])})
+	seen := map[string]bool{}
+	for _, id := range in {
+		if st := byID[id]; st != nil && !seen[id] {
+			seen[id] = true
+			out.Stacks = append(out.Stacks, *st)
+		}
 	}
 	return out, nil
 }
 
-// FlameStack is one folded stack, root first: the process name, the user
-// frames, then the kernel frames marked with a " [k]" suffix.
+// stackIDs are the distinct stack ids in columns cols of rows.
+func stackIDs(rows [][]any, cols ...int) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, row := range rows {
+		for _, c := range cols {
+			if row[c] == nil {
+				continue
+			}
+			if id := asString(row[c]); !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// framesOf is the frames of the stack whose id is in v, or nil.
+func framesOf(stacks map[string]*Stack, v any) []string {
+	if v == nil {
+		return nil
+	}
+	if st := stacks[asString(v)]; st != nil {
+		return st.Frames
+	}
+	return nil
+}
+
+// FlameStack is one folded stack, root first: the host when the range
+// spans several, the process name, the user frames, then the kernel
+// frames marked with a " [k]" suffix.
 type FlameStack struct {
 	Frames     []string `json:"frames"`
 	Weight     float64  `json:"weight"`
@@ -531,18 +755,18 @@ func (a *api) flame(r *http.Request) (any, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
+	ctx := r.Context()
 	ans := &FlameAnswer{Vital: f.vital, Unit: vitalUnit(f.vital), Stacks: []*FlameStack{}}
 	byPath := map[string]*FlameStack{}
 	fold := func(f *sampleFilter, isBase bool) error {
-		where, args, ok, err := a.where(r.Context(), f)
+		sel, ok, err := a.where(ctx, f)
 		if err != nil || !ok {
 			return err
 		}
-		res, err := a.query(r.Context(), `SELECT s.comm, u.frames, k.frames, sum(s.weight)::DOUBLE AS w
-			FROM samples s LEFT JOIN stacks u ON u.stack_id = s.ustack_id LEFT JOIN stacks k ON k.stack_id = s.kstack_id
-			WHERE `+where+`
-			GROUP BY s.comm, s.ustack_id, s.kstack_id, u.frames, k.frames
-			ORDER BY w DESC LIMIT `+strconv.Itoa(maxFlameStacks+1), args...)
+		res, err := a.query(ctx, `SELECT host, comm, ustack_id, kstack_id, sum(weight) AS w FROM samples
+			WHERE `+sel.where+`
+			GROUP BY host, comm, ustack_id, kstack_id
+			ORDER BY w DESC, host, comm, ustack_id, kstack_id LIMIT `+strconv.Itoa(maxFlameStacks+1), sel.args...)
 		if err != nil {
 			return err
 		}
@@ -550,9 +774,17 @@ func (a *api) flame(r *http.Request) (any, error) {
 			ans.Truncated = true
 			res.Rows = res.Rows[:maxFlameStacks]
 		}
+		stacks, err := a.readStacks(ctx, stackIDs(res.Rows, 2, 3))
+		if err != nil {
+			return err
+		}
 		for _, row := range res.Rows {
-			path := []string{asString(row[0])}
-			user, kernel := asStrings(row[1]), asStrings(row[2])
+			var path []string
+			if sel.hosts > 1 {
+				path = append(path, asString(row[0]))
+			}
+			path = append(path, asString(row[1]))
+			user, kernel := framesOf(stacks, row[2]), framesOf(stacks, row[3])
 			for i := len(user) - 1; i >= 0; i-- {
 				path = append(path, user[i])
 			}
@@ -566,7 +798,7 @@ func (a *api) flame(r *http.Request) (any, error) {
 				byPath[key] = st
 				ans.Stacks = append(ans.Stacks, st)
 			}
-			w := asFloat(row[3])
+			w := asFloat(row[4])
 			if isBase {
 				st.BaseWeight += w
 				ans.BaseTotal += w
@@ -585,36 +817,65 @@ func (a *api) flame(r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
+	// Heaviest first; equal weights in path order, whichever store.
+	slices.SortStableFunc(ans.Stacks, func(x, y *FlameStack) int {
+		if c := cmp.Compare(y.Weight, x.Weight); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.BaseWeight, x.BaseWeight); c != 0 {
+			return c
+		}
+		return slices.Compare(x.Frames, y.Frames)
+	})
 	return ans, nil
 }
 
-// topKeys are what the top tables group by; site is the leaf frame, user
-// first (where the program was), kernel when there is no user stack.
-var topKeys = map[string]string{
-	"comm":  "s.comm",
-	"exe":   "s.exe",
-	"pid":   "s.pid::VARCHAR",
-	"uid":   "s.uid::VARCHAR",
-	"site":  "coalesce(u.frames[1], k.frames[1] || ' [k]', '[no stack]')",
-	"ksite": "coalesce(k.frames[1], '[no kernel stack]')",
-}
+// topColumns are the sample columns the top tables group by directly;
+// site (the leaf frame, user first: where the program was; kernel when
+// there is no user stack) and ksite (the kernel leaf) group by stacks.
+var topColumns = map[string]string{"comm": "comm", "exe": "exe", "pid": "pid", "uid": "uid"}
 
-// TopRow is one key's share of a range's samples.
+// TopRow is one key's share of a range's samples on one host; Comm is the
+// process with the most weight under the key.
 type TopRow struct {
 	Key      string  `json:"key"`
+	Host     string  `json:"host"`
 	Comm     string  `json:"comm"`
 	Weight   float64 `json:"weight"`
 	Samples  int64   `json:"samples"`
 	EstCount float64 `json:"est_count"`
 }
 
-// TopAnswer ranks the keys of one vital's samples by weight.
+// TopAnswer ranks the keys of one vital's samples by weight, per host
+// (a fleet's top tables have a row per host and key).
 type TopAnswer struct {
 	Vital       string    `json:"vital"`
 	Unit        string    `json:"unit"`
 	By          string    `json:"by"`
 	TotalWeight float64   `json:"total_weight"`
 	Rows        []*TopRow `json:"rows"`
+}
+
+// siteKey is the key of a group of samples by its stacks.
+func siteKey(by string, user, kernel []string) string {
+	leaf := func(frames []string) string {
+		if len(frames) > 0 {
+			return frames[0]
+		}
+		return ""
+	}
+	u, k := leaf(user), leaf(kernel)
+	switch {
+	case by == "ksite" && k != "":
+		return k
+	case by == "ksite":
+		return "[no kernel stack]"
+	case u != "":
+		return u
+	case k != "":
+		return k + " [k]"
+	}
+	return "[no stack]"
 }
 
 func (a *api) top(r *http.Request) (any, error) {
@@ -628,23 +889,79 @@ func (a *api) top(r *http.Request) (any, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
+	ctx := r.Context()
 	ans := &TopAnswer{Vital: f.vital, Unit: vitalUnit(f.vital), By: by, Rows: []*TopRow{}}
-	where, args, ok, err := a.where(r.Context(), &f)
+	sel, ok, err := a.where(ctx, &f)
 	if err != nil || !ok {
 		return ans, err
 	}
-	res, err := a.query(r.Context(), `SELECT `+topKeys[by]+` AS key, arg_max(s.comm, s.weight), sum(s.weight)::DOUBLE AS w,
-			count(*), sum(s.est_count)::DOUBLE, sum(sum(s.weight)) OVER ()::DOUBLE
-		FROM samples s LEFT JOIN stacks u ON u.stack_id = s.ustack_id LEFT JOIN stacks k ON k.stack_id = s.kstack_id
-		WHERE `+where+` GROUP BY key ORDER BY w DESC, key LIMIT `+strconv.FormatInt(limit, 10), args...)
+	// Every group is read and ranked here; the key of a site is its
+	// stacks' leaf, which only the stacks table knows. A key's comm is
+	// the process with the most weight under it (the first by name of
+	// equals), so that both stores name the same.
+	group := topColumns[by]
+	if group == "" {
+		group = "ustack_id, kstack_id"
+	}
+	res, err := a.query(ctx, `SELECT host, `+group+`, comm, sum(weight), count(*), sum(est_count)
+		FROM samples WHERE `+sel.where+` GROUP BY host, `+group+`, comm`, sel.args...)
 	if err != nil {
 		return nil, err
 	}
-	for _, row := range res.Rows {
-		ans.Rows = append(ans.Rows, &TopRow{Key: asString(row[0]), Comm: asString(row[1]), Weight: asFloat(row[2]),
-			Samples: asInt(row[3]), EstCount: asFloat(row[4])})
-		ans.TotalWeight = asFloat(row[5])
+	keyOf := func(row []any) string { return asString(row[1]) }
+	n := 2 // the columns before comm
+	if topColumns[by] == "" {
+		stacks, err := a.readStacks(ctx, stackIDs(res.Rows, 1, 2))
+		if err != nil {
+			return nil, err
+		}
+		keyOf = func(row []any) string { return siteKey(by, framesOf(stacks, row[1]), framesOf(stacks, row[2])) }
+		n = 3
 	}
+	type hostKey struct{ host, key string }
+	rows := map[hostKey]*TopRow{}
+	commWeight := map[hostKey]map[string]float64{}
+	for _, row := range res.Rows {
+		k := hostKey{asString(row[0]), keyOf(row)}
+		tr := rows[k]
+		if tr == nil {
+			tr = &TopRow{Key: k.key, Host: k.host}
+			rows[k] = tr
+			commWeight[k] = map[string]float64{}
+			ans.Rows = append(ans.Rows, tr)
+		}
+		w := asFloat(row[n+1])
+		commWeight[k][asString(row[n])] += w
+		tr.Weight += w
+		tr.Samples += asInt(row[n+2])
+		tr.EstCount += asFloat(row[n+3])
+		ans.TotalWeight += w
+	}
+	for k, tr := range rows {
+		best := -1.0
+		for comm, w := range commWeight[k] {
+			if w > best || (w == best && comm < tr.Comm) {
+				best, tr.Comm = w, comm
+			}
+		}
+	}
+	if res.Truncated {
+		tot, err := a.query(ctx, `SELECT sum(weight) FROM samples WHERE `+sel.where, sel.args...)
+		if err != nil {
+			return nil, err
+		}
+		ans.TotalWeight = asFloat(tot.Rows[0][0])
+	}
+	slices.SortFunc(ans.Rows, func(x, y *TopRow) int {
+		if x.Weight != y.Weight {
+			return cmp.Compare(y.Weight, x.Weight)
+		}
+		if x.Key != y.Key {
+			return strings.Compare(x.Key, y.Key)
+		}
+		return strings.Compare(x.Host, y.Host)
+	})
+	ans.Rows = ans.Rows[:min(len(ans.Rows), int(limit))]
 	return ans, nil
 }
 

@@ -20,9 +20,10 @@ func registerAnalysis(mux *http.ServeMux, a *api) {
 
 // FindingsAnswer is the stored findings overlapping a range.
 type FindingsAnswer struct {
-	Host string `json:"host"`
-	From int64  `json:"from"`
-	To   int64  `json:"to"`
+	Host string `json:"host"` // the host asked for; empty for every host
+
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
 	// Rules are the rules and detectors of every finding in the range,
 	// before the rule filter.
 	Rules    []string           `json:"rules"`
@@ -43,17 +44,18 @@ func (a *api) findings(r *http.Request) (any, error) {
 		return nil, p.err
 	}
 	ctx := r.Context()
-	host, err := a.host(ctx, hostName)
+	hosts, err := a.hosts(ctx, hostName)
 	if err != nil {
 		return nil, err
 	}
-	out := FindingsAnswer{Host: host, From: from, To: to, Rules: []string{}, Findings: []findings.Finding{}}
-	if host == "" {
-		return out, nil
-	}
-	all, err := findings.Stored(ctx, store.Plain(a.store), host, findings.Range{StartNs: from, EndNs: to})
-	if err != nil {
-		return nil, err
+	out := FindingsAnswer{Host: hostName, From: from, To: to, Rules: []string{}, Findings: []findings.Finding{}}
+	var all []findings.Finding
+	for _, host := range hosts {
+		stored, err := findings.Stored(ctx, store.Plain(a.store), host, findings.Range{StartNs: from, EndNs: to})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, stored...)
 	}
 	for _, f := range all {
 		if !slices.Contains(out.Rules, f.Rule) {
@@ -82,7 +84,7 @@ func (a *api) diff(r *http.Request) (any, error) {
 	}
 	ctx := r.Context()
 	if hostName != "" {
-		if _, err := a.host(ctx, hostName); err != nil {
+		if _, err := a.hosts(ctx, hostName); err != nil {
 			return nil, err
 		}
 	}

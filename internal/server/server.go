@@ -66,14 +66,14 @@ func Listen(opts Options) (*Server, error) {
 	s := &Server{ln: ln, http: &http.Server{Handler: withToken(opts.Token, mux), ReadHeaderTimeout: 10 * time.Second}}
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
 		if opts.Status == nil {
-			writeError(w, http.StatusNotFound, "no recorder: this server shows a stored recording")
+			writeError(w, http.StatusNotFound, noRecorder(opts))
 			return
 		}
 		writeJSON(w, http.StatusOK, opts.Status())
 	})
 	mux.HandleFunc("POST /api/vitals/{name}", func(w http.ResponseWriter, r *http.Request) {
 		if opts.SetVital == nil {
-			writeError(w, http.StatusNotFound, "no recorder: this server shows a stored recording")
+			writeError(w, http.StatusNotFound, noRecorder(opts))
 			return
 		}
 		var on bool
@@ -98,7 +98,7 @@ func Listen(opts Options) (*Server, error) {
 		}
 		res, err := opts.Store.Query(r.Context(), q)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			writeError(w, errorCode(err, http.StatusBadRequest), err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
@@ -118,16 +118,23 @@ func Listen(opts Options) (*Server, error) {
 		}
 		query(w, r, string(body))
 	})
-	registerRuns(mux, opts)
-	registerTrace(mux, opts)
-	a := &api{store: opts.Store}
+	if isFleet(opts.Store) {
+		registerNotInFleet(mux)
+	} else {
+		registerRuns(mux, opts)
+		registerTrace(mux, opts)
+		registerRequests(mux, opts)
+	}
+	a := &api{store: opts.Store, d: dialectOf(opts.Store)}
+	if !isFleet(opts.Store) {
+		registerAnalysis(mux, a)
+	}
 	mux.HandleFunc("GET /api/overview", handle(a.overview(opts.Status != nil)))
 	mux.HandleFunc("GET /api/vitals", handle(a.vitals))
 	mux.HandleFunc("GET /api/samples", handle(a.samples))
 	mux.HandleFunc("GET /api/stacks", handle(a.stacks))
 	mux.HandleFunc("GET /api/flame", handle(a.flame))
 	mux.HandleFunc("GET /api/top", handle(a.top))
-	registerAnalysis(mux, a)
 	mux.HandleFunc("GET /api/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(openAPI)
@@ -136,8 +143,15 @@ func Listen(opts Options) (*Server, error) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s (see /api/openapi.yaml)", r.URL.Path))
 	})
 	mux.Handle("GET /", http.FileServerFS(ui.FS()))
-	registerRequests(mux, opts)
 	return s, nil
+}
+
+// noRecorder says why a server without a recorder cannot do what needs one.
+func noRecorder(opts Options) string {
+	if isFleet(opts.Store) {
+		return "fleet mode: this server reads the fleet's recordings from ClickHouse and drives no recorder; ask a host's own agent (its --api address)"
+	}
+	return "no recorder: this server shows a stored recording"
 }
 
 // openAPI describes every endpoint; the UI uses nothing else.

@@ -5,17 +5,19 @@
 
 export interface VitalInfo { name: string; unit: string; recorded: boolean }
 export interface TimescaleDef { name: string; width_ns: number }
+export interface HostInfo { host: string; first_ns: number; last_ns: number; epochs: number; last_epoch: number; epoch_ns: number }
+/** host is the host asked for, or the only one; empty, the figures are every host's. */
 export interface Overview {
-  hosts: string[]; host: string; first_ns: number; last_ns: number; epochs: number;
-  last_epoch: number; epoch_ns: number; live: boolean; vitals: VitalInfo[]; timescales: TimescaleDef[];
+  hosts: string[]; host: string; fleet: boolean; first_ns: number; last_ns: number; epochs: number;
+  last_epoch: number; epoch_ns: number; live: boolean; vitals: VitalInfo[]; timescales: TimescaleDef[]; per_host: HostInfo[];
 }
 export interface Series {
-  vital: string; unit: string; t: number[]; weight: number[]; events: number[];
+  vital: string; host: string; unit: string; t: number[]; weight: number[]; events: number[];
   samples: number[]; lost: number[]; seconds: number[];
 }
-export interface VitalsAnswer { host: string; from: number; to: number; timescale: string; bucket_ns: number; series: Series[] }
+export interface VitalsAnswer { host: string; hosts: string[]; from: number; to: number; timescale: string; bucket_ns: number; series: Series[] }
 export interface Sample {
-  epoch: number; ts_ns: number; vital: string; label_hash: string; weight: number; est_count: number;
+  host: string; epoch: number; ts_ns: number; vital: string; label_hash: string; weight: number; est_count: number;
   pid: number; tid: number; uid: number; comm: string; exe: string;
   kstack_id: string | null; ustack_id: string | null; fields: Record<string, unknown>;
 }
@@ -23,7 +25,7 @@ export interface SamplesAnswer { total: number; offset: number; samples: Sample[
 export interface Stack { id: string; kind: string; frames: string[]; modules: string[] }
 export interface FlameStack { frames: string[]; weight: number; base_weight: number }
 export interface FlameAnswer { vital: string; unit: string; total: number; base_total: number; truncated: boolean; stacks: FlameStack[] }
-export interface TopRow { key: string; comm: string; weight: number; samples: number; est_count: number }
+export interface TopRow { key: string; host: string; comm: string; weight: number; samples: number; est_count: number }
 export interface TopAnswer { vital: string; unit: string; by: string; total_weight: number; rows: TopRow[] }
 
 export type Params = Record<string, string | number | undefined | null>;

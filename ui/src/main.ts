@@ -10,6 +10,7 @@ import { renderDiff } from './diff';
 import { Finding, loadFindings, Mark, marksOf, renderFindings } from './findings';
 import { renderLive } from './live';
 import { renderTraces } from './traces';
+import { allHosts, hostLegend, hostSelector, seriesStyle, sourceLabel, vitalsOf } from './hosts';
 
 type Range = { kind: 'last'; span: number } | { kind: 'abs'; from: number; to: number };
 type DrillTab = 'samples' | 'flame' | 'top' | 'diff';
@@ -136,14 +137,23 @@ function header(): HTMLElement {
     h('nav', {}, ...[['vitals', 'Vitals'], ...Object.entries(tabs).map(([k, v]) => [k, v[0]])].map(([k, label]) =>
       h('a', { href: '#/' + k, 'data-route': k }, label))),
     h('span', { class: 'spacer' }),
-    h('span', { class: 'host' }, state.ov!.host ? 'host ' + state.ov!.host : 'nothing recorded yet'),
+    hostSelector(state.ov!, selectHost),
     ranges,
     h('span', { id: 'custom', hidden: true },
       h('input', { id: 'from', type: 'datetime-local', step: 1 }), '–', h('input', { id: 'to', type: 'datetime-local', step: 1 }),
       h('button', { onclick: applyCustom }, 'apply'), h('small', {}, 'UTC')),
     h('label', {}, 'timescale ', timescales),
     h('span', { id: 'live', class: state.ov!.live ? 'live on' : 'live', title: 'new epochs appear as they are recorded' },
-      state.ov!.live ? '● live' : 'stored recording'));
+      sourceLabel(state.ov!)));
+}
+
+/** Shows one host, or all ('') of a fleet. */
+async function selectHost(host: string) {
+  try {
+    state.ov = await get<Overview>('/api/overview', { host });
+  } catch (e) { return showError(e); }
+  await refreshVitals();
+  refreshDrill();
 }
 
 // ---- vitals over time ----
@@ -164,7 +174,7 @@ function pan(frac: number) {
 function linesOf(vitals: string[]): Line[] {
   const a = state.vitals!;
   return a.series.filter((s) => vitals.includes(s.vital)).map((s) => ({
-    name: s.vital, color: colourOf(s.vital), t: s.t,
+    ...seriesStyle(s, a, vitals.length === 1, colourOf), t: s.t,
     width: s.t.map(() => a.bucket_ns),
     // Rates per second, so the timescales agree.
     y: s.weight.map((w, i) => (s.seconds[i] > 0 ? w / s.seconds[i] : w)),
@@ -185,10 +195,12 @@ function drawCharts() {
   });
   const grid = $('vital-charts');
   grid.replaceChildren();
+  $('host-legend').replaceChildren(hostLegend(a) ?? '');
   const empty: string[] = [];
-  for (const s of a.series) {
-    if (s.t.length === 0) { empty.push(s.vital); continue; }
-    const total = s.weight.reduce((x, y) => x + y, 0);
+  for (const hs of vitalsOf(a)) {
+    const s = hs[0];
+    if (hs.every((x) => x.t.length === 0)) { empty.push(s.vital); continue; }
+    const total = hs.reduce((sum, x) => sum + x.weight.reduce((p, q) => p + q, 0), 0);
     const box = h('div', { class: 'vital-chart', 'data-vital': s.vital });
     grid.append(h('div', { class: 'card' },
       h('div', { class: 'card-title' }, h('span', { class: 'swatch', style: `background:${colourOf(s.vital)}` }), s.vital,
@@ -289,13 +301,13 @@ async function refreshSamples(more = false) {
     document.querySelectorAll('tr.sample.active').forEach((r) => r.classList.remove('active'));
     (e.currentTarget as HTMLElement).classList.add('active');
     openSample(sm);
-  } }, h('td', {}, fmtTime(sm.ts_ns, false, true)), h('td', {}, sm.vital), h('td', { class: 'num' }, fmtNum(sm.weight) + ' ' + unit(sm.vital)),
+  } }, h('td', {}, fmtTime(sm.ts_ns, false, true)), allHosts(state.ov!) ? h('td', { class: 'host' }, sm.host) : null, h('td', {}, sm.vital), h('td', { class: 'num' }, fmtNum(sm.weight) + ' ' + unit(sm.vital)),
   h('td', { class: 'num' }, sm.pid), h('td', { class: 'num' }, sm.tid), h('td', { class: 'num' }, sm.uid), h('td', {}, sm.comm),
   h('td', { title: sm.exe }, sm.exe.split('/').pop() ?? '')));
   body.replaceChildren(h('div', { class: 'split' },
     h('div', { class: 'samples' },
       h('p', {}, `${state.sampleTotal} samples` + (state.sampleTotal > state.samples.length ? `, ${state.samples.length} shown` : '')),
-      h('table', { id: 'samples-table' }, h('thead', {}, h('tr', {}, ...['time', 'vital', 'weight', 'pid', 'tid', 'uid', 'process', 'executable'].map((c) => h('th', {}, c)))),
+      h('table', { id: 'samples-table' }, h('thead', {}, h('tr', {}, ...['time', ...(allHosts(state.ov!) ? ['host'] : []), 'vital', 'weight', 'pid', 'tid', 'uid', 'process', 'executable'].map((c) => h('th', {}, c)))),
         h('tbody', {}, ...rows)),
       state.sampleTotal > state.samples.length ? h('button', { onclick: () => refreshSamples(true) }, 'more') : null),
     h('div', { id: 'sample-detail', class: 'detail' }, h('p', { class: 'empty' }, 'Click a sample to see its stacks and fields.'))));
@@ -366,7 +378,7 @@ async function refreshTop() {
     const answers = await Promise.all(kinds.map(([by]) => get<TopAnswer>('/api/top', { ...filterParams(), vital: state.topVital, by, limit: 10 })));
     if (seq !== drillSeq) return;
     tables.replaceChildren(...answers.map((a, i) => h('div', { class: 'top', 'data-by': a.by }, h('h4', {}, kinds[i][1]),
-      h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, kinds[i][0]), h('th', {}, a.unit), h('th', {}, 'share'), h('th', {}, 'samples'))),
+      h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, kinds[i][0]), allHosts(state.ov!) ? h('th', {}, 'host') : null, h('th', {}, a.unit), h('th', {}, 'share'), h('th', {}, 'samples'))),
         h('tbody', {}, ...a.rows.map((r) => {
           const share = a.total_weight > 0 ? r.weight / a.total_weight : 0;
           return h('tr', { title: 'filter on this', onclick: () => {
@@ -375,7 +387,8 @@ async function refreshTop() {
             $<HTMLInputElement>('f-' + key).value = state.filter[key]!;
             state.tab = 'samples';
             refreshDrill();
-          } }, h('td', { title: r.key }, r.key.split('/').pop() ?? r.key), h('td', { class: 'num' }, fmtNum(r.weight)),
+          } }, h('td', { title: r.key }, r.key.split('/').pop() ?? r.key), allHosts(state.ov!) ? h('td', { class: 'host' }, r.host) : null,
+          h('td', { class: 'num' }, fmtNum(r.weight)),
           h('td', {}, h('span', { class: 'bar', style: `width:${(share * 60).toFixed(0)}px` }), ` ${(share * 100).toFixed(1)}%`),
           h('td', { class: 'num' }, r.samples));
         }))))));
@@ -433,6 +446,7 @@ async function start() {
         overlayControls(),
         h('div', { id: 'overlay-chart', class: 'card' }),
         h('p', { id: 'no-data', class: 'hint' }),
+        h('div', { id: 'host-legend' }),
         h('div', { id: 'vital-charts', class: 'grid' }),
         drillPanel()),
       ...Object.keys(tabs).map((k) => h('section', { id: 'page-' + k, hidden: true }))));
@@ -444,7 +458,7 @@ async function start() {
   performance.mark('holter-dashboard');
   document.body.dataset.ready = 'true';
   const every = Math.min(Math.max(state.ov.epoch_ns / 1e6, 1000), 5000);
-  if (state.ov.live) setInterval(poll, every);
+  if (state.ov.live || state.ov.fleet) setInterval(poll, every);
 }
 
 start();

@@ -1,13 +1,9 @@
 // What the browser tests share: their environment, and one Chromium page
 // per test file whose every test leaves a screenshot, pass or fail.
 import { after, before, test } from 'node:test';
-import { chromium } from 'playwright-core';
+import { env as setting, launch } from './lib.mjs';
 
-export const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set: run this through cmd/holter's TestUIInBrowser`);
-  return v;
-};
+export const env = (name) => setting(name, 'TestUIInBrowser');
 
 /** session launches Chromium before the file's tests and closes it after;
  * page() is its page, uiTest(title, shotName, fn) a test with a screenshot,
@@ -16,13 +12,7 @@ export function session() {
   const artifacts = env('HOLTER_ARTIFACTS');
   let browser, page;
   before(async () => {
-    browser = await chromium.launch({
-      executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    });
-    page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-    page.setDefaultTimeout(20000); // a loaded 2-CPU machine answers slowly
-    page.on('pageerror', (e) => console.log('page error:', e.message));
+    ({ browser, page } = await launch());
   });
   after(async () => { await browser?.close(); });
   const shot = async (name) => {

@@ -1,0 +1,23 @@
+// What the browser tests share: their settings from the environment, and
+// Debian's headless Chromium driven through playwright-core.
+import { chromium } from 'playwright-core';
+
+/** env returns a required setting, which the Go test named sets. */
+export const env = (name, goTest) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set: run this through cmd/holter's ${goTest}`);
+  return v;
+};
+
+/** launch starts Chromium and opens a page that logs its errors (and
+ * keeps them in errors). */
+export async function launch(errors = []) {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page.setDefaultTimeout(20000); // a loaded 2-CPU machine answers slowly
+  page.on('pageerror', (e) => { errors.push(e.message); console.log('page error:', e.message); });
+  return { browser, page };
+}
