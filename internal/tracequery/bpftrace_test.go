@@ -34,6 +34,8 @@ func bpftrace(t *testing.T, script string) (stop func() string) {
 	if err != nil || !strings.HasPrefix(line, "Attaching") {
 		t.Fatalf("bpftrace did not attach: %q %v", line, err)
 	}
+	// It prints that before attaching; a SIGINT while it attaches is lost.
+	waitAttached(t, cmd.Process.Pid, strings.Count(script, "tracepoint:"))
 	return func() string {
 		cmd.Process.Signal(syscall.SIGINT)
 		rest, _ := io.ReadAll(rd)

@@ -69,6 +69,9 @@ type RunOptions struct {
 	// Partials hands back each interval's partial rows instead of the
 	// query's answer, for a coordinator to merge across hosts (Merger).
 	Partials bool
+	// Phase, if set, is called as each step of the start is done (see
+	// StartPhases), for measuring where the start's time goes.
+	Phase func(name string)
 }
 
 // Run starts the plan's probes, flushes every interval and calls each with
@@ -78,7 +81,7 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 	if ro.Interval <= 0 {
 		ro.Interval = time.Second
 	}
-	s, err := Start(p)
+	s, err := startPhased(p, ro.Phase)
 	if err != nil {
 		return err
 	}

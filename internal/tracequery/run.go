@@ -52,7 +52,7 @@ const maxStreamRows = 1 << 20
 type Session struct {
 	plan     *Plan
 	coll     *ebpf.Collection
-	inner    [2]*ebpf.Map
+	inner    [2]*ebpf.Map // the aggregation maps, of coll
 	cur      uint64
 	links    []link.Link
 	perfFDs  []int
@@ -74,8 +74,18 @@ type Session struct {
 	wg       sync.WaitGroup
 }
 
+// StartPhases are the steps of Start, in order, as RunOptions.Phase names
+// them: the programs generated, the programs loaded (verified) with their
+// maps, the probes attached.
+var StartPhases = []string{"generated", "loaded", "attached"}
+
 // Start loads and attaches the plan's probes.
-func Start(p *Plan) (*Session, error) {
+func Start(p *Plan) (*Session, error) { return startPhased(p, nil) }
+
+func startPhased(p *Plan, phase func(string)) (*Session, error) {
+	if phase == nil {
+		phase = func(string) {}
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
@@ -83,22 +93,11 @@ func Start(p *Plan) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	phase(StartPhases[0])
 	s := &Session{plan: p, started: time.Now()}
 	s.last = s.started
 	s.bootOff = clock.MonoToWall()
-	maps := p.Maps()
-	if agg, ok := maps["aggs"]; ok {
-		for i := range s.inner {
-			m, err := ebpf.NewMap(agg.InnerMap)
-			if err != nil {
-				s.Close()
-				return nil, fmt.Errorf("create aggregation map: %w", err)
-			}
-			s.inner[i] = m
-		}
-		agg.Contents = []ebpf.MapKV{{Key: uint32(0), Value: s.inner[0]}, {Key: uint32(1), Value: s.inner[1]}}
-	}
-	spec := &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{}}
+	spec := &ebpf.CollectionSpec{Maps: p.Maps(), Programs: map[string]*ebpf.ProgramSpec{}}
 	for _, pr := range progs {
 		spec.Programs[pr.Name] = pr.Spec
 	}
@@ -119,6 +118,12 @@ func Start(p *Plan) (*Session, error) {
 		return nil, fmt.Errorf("load probes: %w", err)
 	}
 	s.coll = coll
+	if p.Mode == ModeAggregate {
+		for i, name := range aggMaps {
+			s.inner[i] = coll.Maps[name]
+		}
+	}
+	phase(StartPhases[1])
 	if p.Mode == ModeStream {
 		if s.ring, err = ringbuf.NewReader(coll.Maps["events"]); err != nil {
 			s.Close()
@@ -134,6 +139,7 @@ func Start(p *Plan) (*Session, error) {
 			return nil, err
 		}
 	}
+	phase(StartPhases[2])
 	return s, nil
 }
 
@@ -231,11 +237,6 @@ func (s *Session) Close() {
 	}
 	if s.coll != nil {
 		s.coll.Close()
-	}
-	for _, m := range s.inner {
-		if m != nil {
-			m.Close()
-		}
 	}
 	if s.db != nil {
 		s.db.Close()
