@@ -438,6 +438,32 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 	return s.userPart(ctx, "partials", cols, types, rows)
 }
 
+// project is the user-space part of a plan whose UserSQL only picks and
+// renames columns of the partials (Plan.Direct): the answer DuckDB would
+// give, with the type names it would report, without starting DuckDB.
+func (p *Plan) project(types []string, rows [][]any) *store.Result {
+	res := &store.Result{Columns: p.Columns}
+	for _, i := range p.Direct {
+		res.Types = append(res.Types, duckTypeName(types[i]))
+	}
+	for _, r := range rows {
+		out := make([]any, len(p.Direct))
+		for j, i := range p.Direct {
+			out[j] = r[i]
+		}
+		res.Rows = append(res.Rows, out)
+	}
+	return res
+}
+
+// duckTypeName is how DuckDB names a column type declared as decl.
+func duckTypeName(decl string) string {
+	if decl == bucketType {
+		return `STRUCT("lo" BIGINT, "hi" BIGINT, "count" BIGINT)[]`
+	}
+	return decl
+}
+
 func duckType(t Type) string {
 	if t == TInt {
 		return "BIGINT"
@@ -718,6 +744,9 @@ func (s *Session) userPart(ctx context.Context, table string, cols, types []stri
 			rows = [][]any{}
 		}
 		return &store.Result{Columns: cols, Types: types, Rows: rows}, nil
+	}
+	if table == "partials" && s.plan.Direct != nil {
+		return s.plan.project(types, rows), nil
 	}
 	if s.db == nil {
 		c, err := duckdb.NewConnector("", func(e driver.ExecerContext) error {
