@@ -130,17 +130,17 @@ type Plan struct {
 	Mode   Mode
 	Opts   Options
 
-	Filter   Node // pushed into the probe; nil: none
-	Keys     []*Key
-	Aggs     []*Agg
-	Emits    []*Emit
-	KeySize  int // bytes of the map key (aggregate) or event record (stream)
-	ValSize  int
-	UserSQL  string   // over the table "partials" (aggregate) or "events" (stream)
+	Filter  Node // pushed into the probe; nil: none
+	Keys    []*Key
+	Aggs    []*Agg
+	Emits   []*Emit
+	KeySize int // bytes of the map key (aggregate) or event record (stream)
+	ValSize int
+	UserSQL string // over the table "partials" (aggregate) or "events" (stream)
 	// Direct, when UserSQL only picks and renames columns of the partials,
 	// says which partials column each output column is: the user-space
 	// part is then done without DuckDB (see Session.userPart).
-	Direct []int
+	Direct   []int
 	Columns  []string // output column names
 	HistCols map[string]bool
 	Notes    []string // what was not pushed and why
