@@ -13,6 +13,8 @@
 # Prints medians with their spread (min..max over the rounds) and the
 # ratio holter/bpftrace of each round (median and spread); asserts nothing.
 # HOLTER_TRACE_TIMING shows where holter's start goes (printed once).
+# HOLTER_BIN=PATH measures that holter binary instead of building this tree
+# (e.g. an older commit's, for a before/after comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-7}
@@ -24,7 +26,7 @@ tracer=""
 trap '[ -n "$tracer" ] && kill $tracer 2>/dev/null; rm -rf "$work"' EXIT
 command -v bpftrace >/dev/null || { echo "bpftrace is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-go build -o "$work/holter.built" ./cmd/holter
+if [ -n "${HOLTER_BIN:-}" ]; then cp "$HOLTER_BIN" "$work/holter.built"; else go build -o "$work/holter.built" ./cmd/holter; fi
 # Installed as a package would be (written with write(2)), like bpftrace:
 # the file the linker wrote through a shared mapping sits in the page
 # cache in large folios that are mapped whole, which adds about 5 MB to
