@@ -139,11 +139,13 @@ type Plan struct {
 	UserSQL string // over the table "partials" (aggregate) or "events" (stream)
 	// Direct, when UserSQL only picks and renames columns of the partials,
 	// says which partials column each output column is: the user-space
-	// part is then done without DuckDB (see Session.userPart).
-	Direct   []int
-	Columns  []string // output column names
-	HistCols map[string]bool
-	Notes    []string // what was not pushed and why
+	// part is then done without DuckDB (see Session.userPart), as long as
+	// UserSQL is still directSQL, the projection that was planned.
+	Direct    []int
+	directSQL string
+	Columns   []string // output column names
+	HistCols  map[string]bool
+	Notes     []string // what was not pushed and why
 	// Fields referenced, by name, with the side of a paired source they
 	// are read on.
 	Fields map[string]*Field
@@ -646,7 +648,7 @@ func (p *Plan) planAggregate() error {
 	p.UserSQL = sql
 	p.Mode = ModeAggregate
 	if q.Having == nil && len(q.OrderBy) == 0 && q.Limit < 0 {
-		p.Direct = p.directColumns(q, rename)
+		p.Direct, p.directSQL = p.directColumns(q, rename), sql
 	}
 	return nil
 }

@@ -745,7 +745,7 @@ func (s *Session) userPart(ctx context.Context, table string, cols, types []stri
 		}
 		return &store.Result{Columns: cols, Types: types, Rows: rows}, nil
 	}
-	if table == "partials" && s.plan.Direct != nil {
+	if table == "partials" && s.plan.Direct != nil && s.plan.UserSQL == s.plan.directSQL {
 		return s.plan.project(types, rows), nil
 	}
 	if s.db == nil {

@@ -45,16 +45,20 @@ func TestAggregationMapsAreCheapToCreate(t *testing.T) {
 }
 
 // TestDirectQueriesDoNotStartDuckDB runs a query whose user-space part is
-// a projection and one that needs DuckDB: only the second starts it.
+// a projection and queries that need DuckDB: only those start it.
 func TestDirectQueriesDoNotStartDuckDB(t *testing.T) {
 	testutil.RequireRoot(t)
 	var phases []string
 	for _, c := range []struct {
-		q    string
-		duck bool
+		q         string
+		duck      bool
+		addToUser string // appended to the planned user-space SQL
 	}{
-		{"SELECT comm, count() FROM syscall.getppid GROUP BY comm", false},
-		{"SELECT comm, count() AS n FROM syscall.getppid GROUP BY comm ORDER BY n DESC", true},
+		{"SELECT comm, count() FROM syscall.getppid GROUP BY comm", false, ""},
+		{"SELECT comm, count() AS n FROM syscall.getppid GROUP BY comm ORDER BY n DESC", true, ""},
+		// A user-space part changed after planning is no longer the
+		// projection planned: DuckDB runs it.
+		{"SELECT comm, count() FROM syscall.getppid GROUP BY comm", true, " WHERE k0 <> ''"},
 	} {
 		if _, err := EnsureTraceFS(); err != nil {
 			t.Fatal(err)
@@ -63,6 +67,7 @@ func TestDirectQueriesDoNotStartDuckDB(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		p.UserSQL += c.addToUser
 		phases = nil
 		s, err := startPhased(p, func(name string) { phases = append(phases, name) })
 		if err != nil {
