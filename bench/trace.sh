@@ -67,6 +67,18 @@ printf "%-34s %8.2f ms (%s), peak RSS %d MB (%s)\n" "floor: holter version, exec
 echo "holter's start, one run (HOLTER_TRACE_TIMING):"
 HOLTER_TRACE_TIMING=$(date +%s%N) "$work/holter" trace --local --for 1ms "$hq" 2>&1 >/dev/null | sed 's/^/   /'
 
+# stop PID: SIGINT, again every 3 s until it ends (bpftrace 0.17 on a
+# loaded machine sometimes misses one that comes soon after it attached).
+stop() {
+	kill -INT "$1"
+	for i in $(seq 1 3000); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.01
+		[ $((i % 300)) -ne 0 ] || kill -INT "$1"
+	done
+	wait "$1" || true
+}
+
 cost() { # name mode holter-query bpftrace-script
 	local name=$1 mode=$2 hq=$3 bs=$4 base h b
 	: >"$work/dh"; : >"$work/db"
@@ -74,10 +86,10 @@ cost() { # name mode holter-query bpftrace-script
 		base=$("$work/calls" "$mode" "$CALLS")
 		"$work/holter" trace --local --interval 10s "$hq" >/dev/null 2>"$work/h.err" & tracer=$!
 		"$work/start" wait $tracer || { cat "$work/h.err" >&2; exit 1; }
-		h=$("$work/calls" "$mode" "$CALLS"); kill -INT $tracer; wait $tracer || true; tracer=""
+		h=$("$work/calls" "$mode" "$CALLS"); stop $tracer; tracer=""
 		bpftrace -e "$bs" >"$work/b.out" 2>&1 & tracer=$!
 		"$work/start" wait $tracer || { cat "$work/b.out" >&2; exit 1; }
-		b=$("$work/calls" "$mode" "$CALLS"); kill -INT $tracer; wait $tracer || true; tracer=""
+		b=$("$work/calls" "$mode" "$CALLS"); stop $tracer; tracer=""
 		echo "$h - $base" | bc -l >>"$work/dh"
 		echo "$b - $base" | bc -l >>"$work/db"
 	done

@@ -103,13 +103,23 @@ int main(int argc, char **argv)
 			ms = now_ms() - t0;
 		struct timespec hold = {atoi(argv[2]), 0};
 		nanosleep(&hold, NULL);
-		kill(pid, SIGINT);
 	}
+	/* bpftrace 0.17 on a loaded machine sometimes misses a SIGINT that
+	 * comes soon after it attached: ask again every 3 s. */
 	int status;
 	struct rusage ru;
-	if (wait4(pid, &status, 0, &ru) < 0) {
-		perror("wait4");
-		return 1;
+	struct timespec tick = {0, 10000000};
+	for (int i = 0;; i++) {
+		if (run && i % 300 == 0)
+			kill(pid, SIGINT);
+		pid_t w = wait4(pid, &status, WNOHANG, &ru);
+		if (w == pid)
+			break;
+		if (w < 0) {
+			perror("wait4");
+			return 1;
+		}
+		nanosleep(&tick, NULL);
 	}
 	if (ex)
 		ms = now_ms() - t0;
