@@ -1,68 +1,105 @@
 #!/usr/bin/env bash
-# holter trace against bpftrace, measured in the same run (as root):
-#  1. added cost per event on a syscall loop for two queries — count by
-#     comm, and a log2 histogram of an argument — as the median over
-#     ROUNDS interleaved runs of (untraced, holter, bpftrace) of the ns per
-#     call above the untraced run;
-#  2. time from the command to its probes being attached, and peak RSS.
-# Prints ratios holter/bpftrace; asserts nothing.
+# holter trace against bpftrace, measured in the same run (as root), over
+# ROUNDS interleaved rounds (holter, then bpftrace, each round), for the
+# same queries:
+#  1. time from the command to its first attached probe, and peak RSS of a
+#     run of HOLD seconds: bench/workloads/tracer_start.c runs either
+#     tracer the same way, polls its perf events until one has a BPF
+#     program on it (BPF_TASK_FD_QUERY, what bpftool perf lists), SIGINTs
+#     it HOLD s later and reads its peak RSS from wait4;
+#  2. added cost per event on a syscall loop for two queries — count by
+#     comm, and a log2 histogram of an argument — as ns per call above an
+#     untraced run of the same loop in the same round.
+# Prints medians with their spread (min..max over the rounds) and the
+# ratio holter/bpftrace of each round (median and spread); asserts nothing.
+# HOLTER_TRACE_TIMING shows where holter's start goes (printed once).
+# HOLTER_BIN=PATH measures that holter binary instead of building this tree
+# (e.g. an older commit's, for a before/after comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-7}
 CALLS=${CALLS:-2000000}
+HOLD=${HOLD:-1}
+[ "$ROUNDS" -ge 5 ] || { echo "ROUNDS must be at least 5" >&2; exit 2; }
 work=$(mktemp -d)
 tracer=""
 trap '[ -n "$tracer" ] && kill $tracer 2>/dev/null; rm -rf "$work"' EXIT
 command -v bpftrace >/dev/null || { echo "bpftrace is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-go build -o "$work/holter" ./cmd/holter
+if [ -n "${HOLTER_BIN:-}" ]; then cp "$HOLTER_BIN" "$work/holter.built"; else go build -o "$work/holter.built" ./cmd/holter; fi
+# Installed as a package would be (written with write(2)), like bpftrace:
+# the file the linker wrote through a shared mapping sits in the page
+# cache in large folios that are mapped whole, which adds about 5 MB to
+# the RSS of any holter command started from it.
+install -m 755 "$work/holter.built" "$work/holter"
 gcc -O2 -o "$work/calls" bench/workloads/syscall_calls.c
-
-# wait_for FILE PATTERN: until the tracer's output says it is attached.
-wait_for() { for _ in $(seq 1 500); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.01; done; echo "no '$2' in $1" >&2; cat "$1" >&2; exit 1; }
+gcc -O2 -o "$work/start" bench/workloads/tracer_start.c
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+spread() { sort -g "$1" | awk 'NR==1{lo=$1} {hi=$1} END {printf "%s..%s", lo, hi}'; }
+# report NAME UNIT HOLTER-FILE BPFTRACE-FILE: medians, spreads and the
+# per-round ratios.
+report() {
+	paste "$3" "$4" | awk '{ if ($2 != 0) printf "%.3f\n", $1 / $2 }' >"$work/ratio"
+	printf "%-34s holter %8.2f %-2s (%s)  bpftrace %8.2f %-2s (%s)  holter/bpftrace %.3f (%s)\n" "$1" \
+		"$(median <"$3")" "$2" "$(spread "$3")" "$(median <"$4")" "$2" "$(spread "$4")" \
+		"$(median <"$work/ratio")" "$(spread "$work/ratio")"
+}
+
+hq="SELECT comm, count() FROM syscall.getpid GROUP BY comm"
+bs='tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); }'
+echo "== start: exec to first attached probe, and peak RSS of a ${HOLD}-s run; $ROUNDS interleaved rounds"
+echo "   holter: $hq"
+echo "   bpftrace: $bs"
+: >"$work/th"; : >"$work/tb"; : >"$work/rh"; : >"$work/rb"; : >"$work/tv"; : >"$work/rv"
+for _ in $(seq 1 "$ROUNDS"); do
+	read -r t r < <("$work/start" run "$HOLD" "$work/holter" trace --local "$hq")
+	echo "$t" >>"$work/th"; echo "$((r / 1024))" >>"$work/rh"
+	read -r t r < <("$work/start" run "$HOLD" bpftrace -e "$bs")
+	echo "$t" >>"$work/tb"; echo "$((r / 1024))" >>"$work/rb"
+	read -r t r < <("$work/start" exit "$work/holter" version)
+	echo "$t" >>"$work/tv"; echo "$((r / 1024))" >>"$work/rv"
+done
+report "time to first attached probe" ms "$work/th" "$work/tb"
+report "peak RSS" MB "$work/rh" "$work/rb"
+printf "%-34s %8.2f ms (%s), peak RSS %d MB (%s)\n" "floor: holter version, exec to exit" \
+	"$(median <"$work/tv")" "$(spread "$work/tv")" "$(median <"$work/rv")" "$(spread "$work/rv")"
+echo "holter's start, one run (HOLTER_TRACE_TIMING):"
+HOLTER_TRACE_TIMING=$(date +%s%N) "$work/holter" trace --local --for 1ms "$hq" 2>&1 >/dev/null | sed 's/^/   /'
+
+# stop PID: SIGINT, again every 3 s until it ends (bpftrace 0.17 on a
+# loaded machine sometimes misses one that comes soon after it attached).
+stop() {
+	kill -INT "$1"
+	for i in $(seq 1 3000); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.01
+		[ $((i % 300)) -ne 0 ] || kill -INT "$1"
+	done
+	wait "$1" || true
+}
 
 cost() { # name mode holter-query bpftrace-script
 	local name=$1 mode=$2 hq=$3 bs=$4 base h b
 	: >"$work/dh"; : >"$work/db"
 	for _ in $(seq 1 "$ROUNDS"); do
 		base=$("$work/calls" "$mode" "$CALLS")
-		"$work/holter" trace --local --verbose --interval 10s "$hq" >/dev/null 2>"$work/h.err" & tracer=$!
-		wait_for "$work/h.err" "probes attached"
-		h=$("$work/calls" "$mode" "$CALLS"); kill -INT $tracer; wait $tracer || true; tracer=""
+		"$work/holter" trace --local --interval 10s "$hq" >/dev/null 2>"$work/h.err" & tracer=$!
+		"$work/start" wait $tracer || { cat "$work/h.err" >&2; exit 1; }
+		h=$("$work/calls" "$mode" "$CALLS"); stop $tracer; tracer=""
 		bpftrace -e "$bs" >"$work/b.out" 2>&1 & tracer=$!
-		wait_for "$work/b.out" "Attaching"; sleep 0.2
-		b=$("$work/calls" "$mode" "$CALLS"); kill -INT $tracer; wait $tracer || true; tracer=""
+		"$work/start" wait $tracer || { cat "$work/b.out" >&2; exit 1; }
+		b=$("$work/calls" "$mode" "$CALLS"); stop $tracer; tracer=""
 		echo "$h - $base" | bc -l >>"$work/dh"
 		echo "$b - $base" | bc -l >>"$work/db"
 	done
-	local mh mb
-	mh=$(median <"$work/dh"); mb=$(median <"$work/db")
-	printf "%-28s holter +%6.1f ns/event  bpftrace +%6.1f ns/event  ratio holter/bpftrace %.2f  (spread holter %s..%s, bpftrace %s..%s)\n" \
-		"$name" "$mh" "$mb" "$(echo "$mh / $mb" | bc -l)" "$(sort -g "$work/dh" | head -1)" "$(sort -g "$work/dh" | tail -1)" "$(sort -g "$work/db" | head -1)" "$(sort -g "$work/db" | tail -1)"
+	report "$name" ns "$work/dh" "$work/db"
 }
 
-echo "== added cost per event, median of $ROUNDS interleaved rounds of $CALLS calls"
+echo "== added cost per event: ns per call above the untraced loop, $ROUNDS interleaved rounds of $CALLS calls"
 cost "count by comm (getpid)" getpid \
 	"SELECT comm, count() FROM syscall.getpid GROUP BY comm" \
 	'tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); }'
-cost "hist of an argument" getpriority \
+cost "hist of an argument (getpriority)" getpriority \
 	"SELECT hist(who) FROM syscall.getpriority" \
 	'tracepoint:syscalls:sys_enter_getpriority { @ = hist(args->who); }'
-
-echo "== time from command to attached probes, and peak RSS (median of $ROUNDS)"
-: >"$work/th"; : >"$work/tb"; : >"$work/rh"; : >"$work/rb"
-for _ in $(seq 1 "$ROUNDS"); do
-	s=$(date +%s%N)
-	/usr/bin/time -f "%M" -o "$work/rss_h" "$work/holter" trace --local --verbose --for 1s "SELECT comm, count() FROM syscall.getpid GROUP BY comm" >/dev/null 2>"$work/h.err" & tracer=$!
-	wait_for "$work/h.err" "probes attached"; echo $(( ($(date +%s%N) - s) / 1000000 )) >>"$work/th"
-	wait $tracer; tracer=""; cat "$work/rss_h" >>"$work/rh"
-	s=$(date +%s%N)
-	/usr/bin/time -f "%M" -o "$work/rss_b" bpftrace -e 'tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); } interval:s:1 { exit(); }' >"$work/b.out" 2>&1 & tracer=$!
-	wait_for "$work/b.out" "Attaching"; echo $(( ($(date +%s%N) - s) / 1000000 )) >>"$work/tb"
-	wait $tracer; tracer=""; cat "$work/rss_b" >>"$work/rb"
-done
-th=$(median <"$work/th"); tb=$(median <"$work/tb"); rh=$(median <"$work/rh"); rb=$(median <"$work/rb")
-printf "start to attached: holter %d ms, bpftrace %d ms (bpftrace prints 'Attaching' before attaching), ratio %.2f\n" "$th" "$tb" "$(echo "$th / $tb" | bc -l)"
-printf "peak RSS (1 s run): holter %d MB, bpftrace %d MB, ratio %.2f\n" $((rh / 1024)) $((rb / 1024)) "$(echo "$rh / $rb" | bc -l)"

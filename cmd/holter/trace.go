@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +26,8 @@ import (
 )
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
+	tm := newStartTiming(stderr)
+	tm.phase("main")
 	fs := newFlags("trace", stderr)
 	af := addAgentFlags(fs)
 	interval := fs.Duration("interval", time.Second, "print results every interval")
@@ -104,6 +108,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tm.phase("compiled")
 	if *explain || plan.Query.Explain {
 		s, err := plan.Explain(*verbose)
 		if err != nil {
@@ -139,10 +144,18 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 			ro.Recorded = store.Plain(st)
 		}
 	}
+	if tm != nil {
+		ro.Phase = tm.phase
+	}
 	if *verbose {
 		ro.Attached = func() { fmt.Fprintln(stderr, "holter trace: probes attached") }
 	}
+	first := true
 	err = tracequery.Run(ctx, plan, ro, func(iv *tracequery.Interval) error {
+		if first {
+			tm.phase("first result")
+			first = false
+		}
 		if st != nil {
 			if err := st.SaveTrace(context.WithoutCancel(ctx), *save, iv.Start, iv.End, iv.Result); err != nil {
 				return err
@@ -155,6 +168,44 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, strings.Join(ve.Log, "\n"))
 	}
 	return err
+}
+
+// startTiming, when the environment has HOLTER_TRACE_TIMING, prints to
+// stderr when each step of holter trace's start ended and the peak RSS and
+// Go heap then. HOLTER_TRACE_TIMING=1 counts from the entry into the trace
+// command; a number of Unix nanoseconds (the time of the exec, e.g.
+// $(date +%s%N)) counts from then, which includes loading the binary.
+type startTiming struct {
+	w    io.Writer
+	t0   time.Time
+	last time.Time
+}
+
+func newStartTiming(w io.Writer) *startTiming {
+	v, ok := os.LookupEnv("HOLTER_TRACE_TIMING")
+	if !ok || v == "" || v == "0" {
+		return nil
+	}
+	now := time.Now()
+	t := &startTiming{w: w, t0: now, last: now}
+	if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 1e18 {
+		t.t0, t.last = time.Unix(0, ns), time.Unix(0, ns)
+	}
+	return t
+}
+
+func (t *startTiming) phase(name string) {
+	if t == nil {
+		return
+	}
+	now := time.Now()
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(t.w, "holter trace: timing: %-12s at %7.2f ms (+%6.2f ms)  peak RSS %5.1f MB  Go heap %5.1f MB\n", name,
+		float64(now.Sub(t.t0).Microseconds())/1000, float64(now.Sub(t.last).Microseconds())/1000, float64(ru.Maxrss)/1024, float64(ms.HeapAlloc)/(1<<20))
+	t.last = now
 }
 
 // probeKernelFuncs says why kprobes/fentry cannot be used here, or nil.

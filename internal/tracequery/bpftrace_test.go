@@ -34,9 +34,24 @@ func bpftrace(t *testing.T, script string) (stop func() string) {
 	if err != nil || !strings.HasPrefix(line, "Attaching") {
 		t.Fatalf("bpftrace did not attach: %q %v", line, err)
 	}
+	// It prints that before attaching; a SIGINT while it attaches is lost.
+	waitAttached(t, cmd.Process.Pid, strings.Count(script, "tracepoint:"))
 	return func() string {
-		cmd.Process.Signal(syscall.SIGINT)
+		// bpftrace 0.17 on a loaded machine sometimes misses a SIGINT
+		// that comes soon after it attached: ask again every 3 s.
+		done := make(chan struct{})
+		go func() {
+			for {
+				cmd.Process.Signal(syscall.SIGINT)
+				select {
+				case <-done:
+					return
+				case <-time.After(3 * time.Second):
+				}
+			}
+		}()
 		rest, _ := io.ReadAll(rd)
+		close(done)
 		cmd.Wait()
 		return string(rest)
 	}

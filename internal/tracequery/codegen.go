@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 )
 
 // Counters the probes keep, one 8-byte slot each in the "counters" map.
@@ -779,33 +780,41 @@ func (g *gen) act() {
 		g.store(rec+int16(k.Off), k.Expr, k.Type, k.Size, k.Bucket)
 	}
 	// Which of the two maps is current: ctl[0], flipped by user space at
-	// each interval so it reads a map no probe writes any more.
-	sel := g.alloc(8)
-	have, full := g.newLabel("have"), g.newLabel("full")
+	// each interval so it reads a map no probe writes any more. The two
+	// maps are referenced directly, each by its own lookups, rather than
+	// through a map of maps: filling one costs a kernel RCU grace period
+	// (milliseconds) at the start, and each lookup site keeps one map,
+	// which the verifier can inline.
+	have, full, second := g.newLabel("have"), g.newLabel("full"), g.newLabel("second")
 	g.emit(asm.LoadMapValue(asm.R1, 0, 0).WithReference("ctl"),
 		asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord),
 		asm.And.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R10, sel, asm.R1, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("aggs"),
-		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(sel)),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, g.exitLabel()),
-		asm.Mov.Reg(asm.R8, asm.R0),
-		asm.Mov.Reg(asm.R1, asm.R8),
-		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(rec)),
-		asm.FnMapLookupElem.Call(),
-		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.JNE.Imm(asm.R0, 0, have),
-		asm.Mov.Reg(asm.R1, asm.R8),
-		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(rec)),
-		asm.LoadMapValue(asm.R3, 0, 0).WithReference("zero"),
-		asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
-		asm.FnMapUpdateElem.Call(),
-		asm.Mov.Reg(asm.R1, asm.R8),
-		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(rec)),
-		asm.FnMapLookupElem.Call(),
-		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.JNE.Imm(asm.R0, 0, have))
+		asm.JNE.Imm(asm.R1, 0, second))
+	for i, m := range aggMaps {
+		if i == 1 {
+			g.mark(second)
+		}
+		// Look the key up; insert a zero value if it is new, then look
+		// it up again (another CPU may have inserted it meanwhile).
+		g.emit(asm.LoadMapPtr(asm.R1, 0).WithReference(m),
+			asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(rec)),
+			asm.FnMapLookupElem.Call(),
+			asm.Mov.Reg(asm.R7, asm.R0),
+			asm.JNE.Imm(asm.R0, 0, have),
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m),
+			asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(rec)),
+			asm.LoadMapValue(asm.R3, 0, 0).WithReference("zero"),
+			asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
+			asm.FnMapUpdateElem.Call(),
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m),
+			asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(rec)),
+			asm.FnMapLookupElem.Call(),
+			asm.Mov.Reg(asm.R7, asm.R0),
+			asm.JNE.Imm(asm.R0, 0, have))
+		if i == 0 {
+			g.emit(asm.Ja.Label(full))
+		}
+	}
 	g.mark(full)
 	g.count(CounterMapFull)
 	g.emit(asm.Ja.Label(g.exitLabel()))
@@ -878,14 +887,23 @@ func (g *gen) store(off int16, n Node, t Type, size int, bucket *Agg) {
 	}
 }
 
+// aggMaps are the two aggregation maps, swapped each interval.
+var aggMaps = [2]string{"agg0", "agg1"}
+
 // Maps returns the map specs the programs reference.
 func (p *Plan) Maps() map[string]*ebpf.MapSpec {
 	m := map[string]*ebpf.MapSpec{
 		"counters": {Name: "counters", Type: ebpf.Array, KeySize: 4, ValueSize: 8 * numCounters, MaxEntries: 1},
 	}
 	if p.Mode == ModeAggregate {
-		inner := &ebpf.MapSpec{Name: "agg", Type: ebpf.PerCPUHash, KeySize: uint32(p.KeySize), ValueSize: uint32(p.ValSize), MaxEntries: uint32(p.Opts.MapSize)}
-		m["aggs"] = &ebpf.MapSpec{Name: "aggs", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 2, InnerMap: inner}
+		// Not preallocated: creating a preallocated per-CPU hash map of
+		// 10240 keys takes the kernel tens of milliseconds, and a query
+		// seldom has that many groups. Entries are allocated as keys
+		// first appear (in place updates after that).
+		for _, name := range aggMaps {
+			m[name] = &ebpf.MapSpec{Name: name, Type: ebpf.PerCPUHash, KeySize: uint32(p.KeySize), ValueSize: uint32(p.ValSize),
+				MaxEntries: uint32(p.Opts.MapSize), Flags: unix.BPF_F_NO_PREALLOC}
+		}
 		m["ctl"] = &ebpf.MapSpec{Name: "ctl", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 		m["zero"] = &ebpf.MapSpec{Name: "zero", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(p.ValSize), MaxEntries: 1}
 	} else {

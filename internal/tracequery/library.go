@@ -74,6 +74,9 @@ type RunOptions struct {
 	// Recorded answers the part of a WITH query that joins recorded
 	// tables: the recording's store (join.go); nil when none is open.
 	Recorded store.Querier
+	// Phase, if set, is called as each step of the start is done (see
+	// StartPhases), for measuring where the start's time goes.
+	Phase func(name string)
 }
 
 // Run starts the plan's probes, flushes every interval and calls each with
@@ -100,7 +103,7 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 			return inner(iv)
 		}
 	}
-	s, err := Start(p)
+	s, err := startPhased(p, ro.Phase)
 	if err != nil {
 		return err
 	}

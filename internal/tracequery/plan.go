@@ -3,6 +3,7 @@ package tracequery
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -129,16 +130,22 @@ type Plan struct {
 	Mode   Mode
 	Opts   Options
 
-	Filter   Node // pushed into the probe; nil: none
-	Keys     []*Key
-	Aggs     []*Agg
-	Emits    []*Emit
-	KeySize  int // bytes of the map key (aggregate) or event record (stream)
-	ValSize  int
-	UserSQL  string   // over the table "partials" (aggregate) or "events" (stream)
-	Columns  []string // output column names
-	HistCols map[string]bool
-	Notes    []string // what was not pushed and why
+	Filter  Node // pushed into the probe; nil: none
+	Keys    []*Key
+	Aggs    []*Agg
+	Emits   []*Emit
+	KeySize int // bytes of the map key (aggregate) or event record (stream)
+	ValSize int
+	UserSQL string // over the table "partials" (aggregate) or "events" (stream)
+	// Direct, when UserSQL only picks and renames columns of the partials,
+	// says which partials column each output column is: the user-space
+	// part is then done without DuckDB (see Session.userPart), as long as
+	// UserSQL is still directSQL, the projection that was planned.
+	Direct    []int
+	directSQL string
+	Columns   []string // output column names
+	HistCols  map[string]bool
+	Notes     []string // what was not pushed and why
 	// Fields referenced, by name, with the side of a paired source they
 	// are read on.
 	Fields map[string]*Field
@@ -657,7 +664,38 @@ func (p *Plan) planAggregate() error {
 	}
 	p.UserSQL = sql
 	p.Mode = ModeAggregate
+	if q.Having == nil && len(q.OrderBy) == 0 && q.Limit < 0 {
+		p.Direct, p.directSQL = p.directColumns(q, rename), sql
+	}
 	return nil
+}
+
+// directColumns maps each SELECT item that is a bare group key or
+// aggregate to its column of the partials (group keys without buckets,
+// then aggregates), or returns nil if any item is more than that.
+func (p *Plan) directColumns(q *Query, rename func(Node) (string, bool)) []int {
+	var partials []string
+	for _, k := range p.Keys {
+		if k.Bucket == nil {
+			partials = append(partials, k.Col)
+		}
+	}
+	for _, a := range p.Aggs {
+		partials = append(partials, a.Col)
+	}
+	var direct []int
+	for _, it := range q.Select {
+		col, ok := rename(it.Expr)
+		if !ok {
+			return nil
+		}
+		i := slices.Index(partials, col)
+		if i < 0 {
+			return nil
+		}
+		direct = append(direct, i)
+	}
+	return direct
 }
 
 func (p *Plan) stringSize(n Node) int {

@@ -52,7 +52,7 @@ const maxStreamRows = 1 << 20
 type Session struct {
 	plan     *Plan
 	coll     *ebpf.Collection
-	inner    [2]*ebpf.Map
+	inner    [2]*ebpf.Map // the aggregation maps, of coll
 	cur      uint64
 	links    []link.Link
 	perfFDs  []int
@@ -75,8 +75,18 @@ type Session struct {
 	wg       sync.WaitGroup
 }
 
+// StartPhases are the steps of Start, in order, as RunOptions.Phase names
+// them: the programs generated, the programs loaded (verified) with their
+// maps, the probes attached.
+var StartPhases = []string{"generated", "loaded", "attached"}
+
 // Start loads and attaches the plan's probes.
-func Start(p *Plan) (*Session, error) {
+func Start(p *Plan) (*Session, error) { return startPhased(p, nil) }
+
+func startPhased(p *Plan, phase func(string)) (*Session, error) {
+	if phase == nil {
+		phase = func(string) {}
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
@@ -84,22 +94,11 @@ func Start(p *Plan) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	phase(StartPhases[0])
 	s := &Session{plan: p, started: time.Now()}
 	s.last = s.started
 	s.bootOff = clock.MonoToWall()
-	maps := p.Maps()
-	if agg, ok := maps["aggs"]; ok {
-		for i := range s.inner {
-			m, err := ebpf.NewMap(agg.InnerMap)
-			if err != nil {
-				s.Close()
-				return nil, fmt.Errorf("create aggregation map: %w", err)
-			}
-			s.inner[i] = m
-		}
-		agg.Contents = []ebpf.MapKV{{Key: uint32(0), Value: s.inner[0]}, {Key: uint32(1), Value: s.inner[1]}}
-	}
-	spec := &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{}}
+	spec := &ebpf.CollectionSpec{Maps: p.Maps(), Programs: map[string]*ebpf.ProgramSpec{}}
 	for _, pr := range progs {
 		spec.Programs[pr.Name] = pr.Spec
 	}
@@ -120,6 +119,12 @@ func Start(p *Plan) (*Session, error) {
 		return nil, fmt.Errorf("load probes: %w", err)
 	}
 	s.coll = coll
+	if p.Mode == ModeAggregate {
+		for i, name := range aggMaps {
+			s.inner[i] = coll.Maps[name]
+		}
+	}
+	phase(StartPhases[1])
 	if p.Mode == ModeStream {
 		if s.ring, err = ringbuf.NewReader(coll.Maps["events"]); err != nil {
 			s.Close()
@@ -135,6 +140,7 @@ func Start(p *Plan) (*Session, error) {
 			return nil, err
 		}
 	}
+	phase(StartPhases[2])
 	return s, nil
 }
 
@@ -232,11 +238,6 @@ func (s *Session) Close() {
 	}
 	if s.coll != nil {
 		s.coll.Close()
-	}
-	for _, m := range s.inner {
-		if m != nil {
-			m.Close()
-		}
 	}
 	if s.db != nil {
 		s.db.Close()
@@ -436,6 +437,32 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 		types = append(types, aggDuckType(a))
 	}
 	return s.userPart(ctx, "partials", cols, types, rows)
+}
+
+// project is the user-space part of a plan whose UserSQL only picks and
+// renames columns of the partials (Plan.Direct): the answer DuckDB would
+// give, with the type names it would report, without starting DuckDB.
+func (p *Plan) project(types []string, rows [][]any) *store.Result {
+	res := &store.Result{Columns: p.Columns}
+	for _, i := range p.Direct {
+		res.Types = append(res.Types, duckTypeName(types[i]))
+	}
+	for _, r := range rows {
+		out := make([]any, len(p.Direct))
+		for j, i := range p.Direct {
+			out[j] = r[i]
+		}
+		res.Rows = append(res.Rows, out)
+	}
+	return res
+}
+
+// duckTypeName is how DuckDB names a column type declared as decl.
+func duckTypeName(decl string) string {
+	if decl == bucketType {
+		return `STRUCT("lo" BIGINT, "hi" BIGINT, "count" BIGINT)[]`
+	}
+	return decl
 }
 
 func duckType(t Type) string {
@@ -718,6 +745,9 @@ func (s *Session) userPart(ctx context.Context, table string, cols, types []stri
 			rows = [][]any{}
 		}
 		return &store.Result{Columns: cols, Types: types, Rows: rows}, nil
+	}
+	if table == "partials" && s.plan.Direct != nil && s.plan.UserSQL == s.plan.directSQL {
+		return s.plan.project(types, rows), nil
 	}
 	if s.db == nil {
 		c, err := duckdb.NewConnector("", func(e driver.ExecerContext) error {
