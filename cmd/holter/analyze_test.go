@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +69,7 @@ func TestAnalysisBadInput(t *testing.T) {
 // TestFindingsAndDiffOnARealRecording records with 1 s epochs while a
 // workload idles, then starts fdatasync'd O_DIRECT writes: the findings
 // name the workload, and holter diff between the two halves ranks a block
-// I/O or blocking metric near the top.
+// I/O metric first or second.
 func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
@@ -90,7 +92,7 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		t.Fatalf("workload: %v\n%s", err, out)
 	}
 	after := time.Now()
-	r.waitEpochs(t, 2)
+	r.waitNewEpochs(t, 2)
 	rng := func(a, b time.Time) string {
 		return a.UTC().Format(time.RFC3339Nano) + "/" + b.UTC().Format(time.RFC3339Nano)
 	}
@@ -118,11 +120,7 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		}
 	}
 	if !named {
-		// Flaky on a 2-CPU machine: whether the EWMA or a rule fires on
-		// the 8-s workload depends on the background of the epochs before
-		// it. Reported, not failed, until the detector is tuned; the diff
-		// ranking below is asserted.
-		t.Logf("no finding names direct_write:\n%s", out2)
+		t.Errorf("no finding names direct_write:\n%s", out2)
 	}
 	l2 := false
 	for _, u := range fs.Unevaluated {
@@ -153,16 +151,29 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		}
 	}
 	t.Logf("top metrics: %v", names)
-	ok := false
-	for _, n := range names {
-		ok = ok || strings.Contains(n, "blio") || strings.Contains(n, "block") || strings.Contains(n, "blck")
-	}
-	if !ok {
-		t.Errorf("no block I/O or blocking metric in the top 5: %v", names)
+	if len(names) < 2 || !strings.Contains(names[0], "blio") && !strings.Contains(names[0], "block") &&
+		!strings.Contains(names[1], "blio") && !strings.Contains(names[1], "block") {
+		t.Errorf("no block I/O metric first or second: %v", names)
 	}
 }
 
 func filepathTemp() (string, error) { return os.MkdirTemp("/var/tmp", "holter-io-") }
+
+// waitNewEpochs waits for n epochs committed from now on: those reported
+// while the caller was busy are passed over, so the store holds every epoch
+// of what the caller just did.
+func (r *recording) waitNewEpochs(t *testing.T, n int) {
+	t.Helper()
+	for {
+		select {
+		case <-r.committed:
+			continue
+		default:
+		}
+		break
+	}
+	r.waitEpochs(t, n)
+}
 
 // TestRunCatalogFindsThePlantedAnomaly adds runs of a parameterised
 // workload to the catalog through a running recorder: sixteen pairs differing
@@ -218,4 +229,80 @@ func TestRunCatalogFindsThePlantedAnomaly(t *testing.T) {
 	}
 	text, _, _ := runHolter(t, bin, "runs", "--data", dir)
 	t.Log(text)
+}
+
+// TestRule10ExitAndKillOnARealRecording: a shell loop that exits when told
+// to, and a process that spins until it is sent SIGKILL, both stop showing
+// vital signs; rule 10 names each, the first as a voluntary death (its
+// exit_group, which the recorder samples at entry since the call never
+// returns) and the second as killed.
+func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	spin := testutil.BuildWorkload(t, "cpu_spin")
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	r.waitEpochs(t, 2)
+	start := time.Now()
+	stop := filepath.Join(t.TempDir(), "stop")
+	exited := exec.Command("sh", "-c", `while [ ! -e "$1" ]; do :; done`, "sh", stop)
+	killed := exec.Command(spin, "600")
+	for _, c := range []*exec.Cmd{exited, killed} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Process.Kill()
+	}
+	// Seen in rule 10's GoneAfter (3) intervals running, counted in
+	// epochs: a loaded machine commits them late.
+	r.waitNewEpochs(t, 5)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	killed.Process.Signal(syscall.SIGKILL)
+	if err := exited.Wait(); err != nil {
+		t.Fatalf("the shell loop: %v", err)
+	}
+	killed.Wait()
+	r.waitNewEpochs(t, 3)
+	out, errOut, code := runHolter(t, bin, "findings", "--data", dir, "--range",
+		start.UTC().Format(time.RFC3339Nano)+"/"+time.Now().UTC().Format(time.RFC3339Nano), "--json")
+	if code != 0 {
+		t.Fatalf("findings: exit %d %s", code, errOut)
+	}
+	var fs struct {
+		Findings []struct {
+			Rule, Summary string
+			Processes     []struct{ Pid int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &fs); err != nil {
+		t.Fatal(err)
+	}
+	cause := map[int]string{}
+	for _, f := range fs.Findings {
+		if f.Rule != "rule10-disappeared" {
+			continue
+		}
+		for _, p := range f.Processes {
+			if p.Pid == exited.Process.Pid || p.Pid == killed.Process.Pid {
+				cause[p.Pid] = f.Summary
+			}
+		}
+	}
+	t.Logf("exited %d: %s", exited.Process.Pid, cause[exited.Process.Pid])
+	t.Logf("killed %d: %s", killed.Process.Pid, cause[killed.Process.Pid])
+	if !strings.Contains(cause[exited.Process.Pid], "called exit") {
+		t.Errorf("the process that returned from main: %q, want a voluntary death", cause[exited.Process.Pid])
+	}
+	if !strings.Contains(cause[killed.Process.Pid], "SIGKILL") {
+		t.Errorf("the process killed: %q, want SIGKILL", cause[killed.Process.Pid])
+	}
+	if t.Failed() {
+		q, _, _ := runHolter(t, bin, "query", "--data", dir, fmt.Sprintf(`SELECT epoch, pid, vital, count(*), max(signal), max(target_pid), max(syscall_nr)
+			FROM samples WHERE pid IN (%d, %d) OR target_pid IN (%d, %d) GROUP BY ALL ORDER BY 1, 2`,
+			exited.Process.Pid, killed.Process.Pid, exited.Process.Pid, killed.Process.Pid))
+		t.Logf("findings:\n%s\nsamples:\n%s", out, q)
+	}
 }
