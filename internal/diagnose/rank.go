@@ -31,9 +31,12 @@ type RankOptions struct {
 	MinSamples int
 	// Bins is the number of histogram bins returned per metric. Default 20.
 	Bins int
-	// RawEMD ranks by the EMD alone, as the paper does, rather than by the
-	// EMD beyond the reference's own variation (see Ranked.Score).
-	RawEMD bool
+	// Denoise ranks by the EMD beyond the reference's own variation
+	// (Ranked.Score) rather than by the EMD, as the paper does. On a busy
+	// shared machine whose background comes in bursts the variation
+	// measured between the reference's halves is itself noisy and can
+	// bury the metric that changed, so it is off by default.
+	Denoise bool
 }
 
 func (o *RankOptions) withDefaults() (RankOptions, error) {
@@ -41,7 +44,7 @@ func (o *RankOptions) withDefaults() (RankOptions, error) {
 	if o == nil {
 		return r, nil
 	}
-	r.RawEMD = o.RawEMD
+	r.Denoise = o.Denoise
 	if o.MinSamples < 0 || o.Bins < 0 {
 		return r, fmt.Errorf("rank options: negative MinSamples %d or Bins %d", o.MinSamples, o.Bins)
 	}
@@ -79,9 +82,9 @@ type Ranked struct {
 	// difference "may also be due to the natural variation between
 	// reference and target executions"; Noise measures that variation.
 	Noise float64
-	// Score is what the ranking orders by: EMD - Noise, at least 0 (or
-	// the EMD itself with RankOptions.RawEMD). A metric that differs as
-	// much within the reference as between the two sides scores 0.
+	// Score is what the ranking orders by: the EMD, or with
+	// RankOptions.Denoise EMD - Noise, at least 0 (a metric that differs
+	// as much within the reference as between the two sides scores 0).
 	Score float64
 	// Scale is the divisor that made the larger mean 1; 0 when both means
 	// are 0 and the distributions are identical.
@@ -103,10 +106,10 @@ type Skipped struct {
 // least different, ties in name order. The top of the list is where to look
 // for the anomaly's cause.
 //
-// The difference counted is the EMD beyond the metric's natural variation
-// (Ranked.Score): a heavy-tailed metric — the latency of wait4, say, which
-// is a child's lifetime — shows a large EMD between any two stretches of a
-// busy machine, and would otherwise rank above the metric that changed.
+// Each metric's natural variation (Ranked.Noise) is reported with it: a
+// heavy-tailed metric — the latency of wait4, say, which is a child's
+// lifetime — shows a large EMD between any two stretches of a busy
+// machine. RankOptions.Denoise ranks by the EMD beyond it.
 //
 // A metric that cannot be compared (too few values, malformed values, means
 // of zero) is returned in skipped with its error rather than failing the
@@ -155,14 +158,14 @@ func rankOne(m Metric, o RankOptions) (Ranked, error) {
 		return Ranked{}, err
 	}
 	score, noise := dist, 0.0
-	if !o.RawEMD {
-		a, b := m.Reference.halves()
-		// Halves whose means are both zero and that differ have no
-		// scale: the reference varies in a way EMD cannot measure, and
-		// the noise is taken as none.
-		if n, _, err := EMD(a, b); err == nil {
-			noise = n
-		}
+	a, b := m.Reference.halves()
+	// Halves whose means are both zero and that differ have no scale:
+	// the reference varies in a way EMD cannot measure, and the noise is
+	// taken as none.
+	if n, _, err := EMD(a, b); err == nil {
+		noise = n
+	}
+	if o.Denoise {
 		score = math.Max(dist-noise, 0)
 	}
 	// EMD has validated both samples, so neither mean fails.

@@ -160,6 +160,12 @@ func CompareRanges(ctx context.Context, q Querier, host string, target, referenc
 	if err != nil {
 		return nil, nil, fmt.Errorf("reference: %w", err)
 	}
+	return Compare(t, r, opts)
+}
+
+// Compare ranks the metrics of a target against a reference (see
+// CompareRanges).
+func Compare(t, r *MetricSet, opts *diagnose.RankOptions) ([]diagnose.Ranked, []diagnose.Skipped, error) {
 	var names []string
 	for n := range t.Samples {
 		names = append(names, n)
@@ -179,4 +185,24 @@ func CompareRanges(ctx context.Context, q Querier, host string, target, referenc
 		ms = append(ms, m)
 	}
 	return diagnose.Rank(ms, opts)
+}
+
+// Join is the metrics of consecutive ranges, given oldest first, as if
+// derived from their union: values stay in time order. The sets are not
+// changed.
+func Join(sets ...*MetricSet) *MetricSet {
+	out := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}}
+	for _, m := range sets {
+		for n, s := range m.Samples {
+			j := out.Samples[n]
+			j.Values = append(j.Values[:len(j.Values):len(j.Values)], s.Values...)
+			j.Weights = append(j.Weights[:len(j.Weights):len(j.Weights)], s.Weights...)
+			out.Samples[n] = j
+		}
+		for n := range m.PerEpoch {
+			out.PerEpoch[n] = true
+		}
+		out.Truncated = out.Truncated || m.Truncated
+	}
+	return out
 }
