@@ -80,18 +80,7 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 12)
-	before := time.Now()
-	// /var/tmp is on a disk here; t.TempDir may be a tmpfs without block I/O.
-	ioDir, err := filepathTemp()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(ioDir)
-	out, err := exec.Command(work, filepath.Join(ioDir, "data"), "8").CombinedOutput()
-	if err != nil {
-		t.Fatalf("workload: %v\n%s", err, out)
-	}
-	after := time.Now()
+	before, after := directWrite(t, work, 8)
 	r.waitNewEpochs(t, 2)
 	rng := func(a, b time.Time) string {
 		return a.UTC().Format(time.RFC3339Nano) + "/" + b.UTC().Format(time.RFC3339Nano)
@@ -157,7 +146,22 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	}
 }
 
-func filepathTemp() (string, error) { return os.MkdirTemp("/var/tmp", "holter-io-") }
+// directWrite runs the direct_write workload for the given seconds on a
+// disk (/var/tmp here; t.TempDir may be a tmpfs without block I/O) and
+// returns when it began and ended.
+func directWrite(t *testing.T, work string, seconds int) (began, ended time.Time) {
+	t.Helper()
+	ioDir, err := os.MkdirTemp("/var/tmp", "holter-io-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(ioDir)
+	began = time.Now()
+	if out, err := exec.Command(work, filepath.Join(ioDir, "data"), fmt.Sprint(seconds)).CombinedOutput(); err != nil {
+		t.Fatalf("workload: %v\n%s", err, out)
+	}
+	return began, time.Now()
+}
 
 // waitNewEpochs waits for n epochs committed from now on: those reported
 // while the caller was busy are passed over, so the store holds every epoch
@@ -304,5 +308,60 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 			FROM samples WHERE pid IN (%d, %d) OR target_pid IN (%d, %d) GROUP BY ALL ORDER BY 1, 2`,
 			exited.Process.Pid, killed.Process.Pid, exited.Process.Pid, killed.Process.Pid))
 		t.Logf("findings:\n%s\nsamples:\n%s", out, q)
+	}
+}
+
+// TestOnlineDriftOnARealRecording: the recorder's own analysis, while it
+// records with 1 s epochs, checks each recent stretch against the ones
+// before it. After about 25 s of the machine's usual background a workload
+// starts fdatasync'd O_DIRECT writes for 20 s: a reference-drift finding
+// over the workload appears in holter findings, stored by the recorder,
+// with a block I/O metric on top.
+func TestOnlineDriftOnARealRecording(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	work := testutil.BuildWorkload(t, "direct_write")
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	for i := 0; i < 25; i++ { // one at a time: a loaded machine commits slowly
+		r.waitEpochs(t, 1)
+	}
+	began, ended := directWrite(t, work, 20)
+	type finding struct {
+		Source, Rule, Subject, Summary string
+		StartNs                        int64 `json:"start_ns"`
+		EndNs                          int64 `json:"end_ns"`
+		Evidence                       []struct{ Name, Relation string }
+	}
+	var drift []finding
+	// The recorder analyses at most every 10 s, after the epochs are
+	// committed: the check whose target holds the end of the workload may
+	// come that much later, and more on a loaded machine.
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && len(drift) == 0; time.Sleep(2 * time.Second) {
+		out, errOut, code := runHolter(t, bin, "findings", "--data", dir, "--since", "5m", "--json")
+		if code != 0 {
+			t.Fatalf("findings: exit %d %s", code, errOut)
+		}
+		var fs struct{ Findings []finding }
+		if err := json.Unmarshal([]byte(out), &fs); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs.Findings {
+			if f.Rule == "reference-drift" && f.Source == "recorder" && f.StartNs < ended.UnixNano() && f.EndNs > began.UnixNano() {
+				drift = append(drift, f)
+			}
+		}
+	}
+	if len(drift) == 0 {
+		t.Fatalf("no reference-drift finding over the workload; recorder log:\n%s", r.log)
+	}
+	io := false
+	for _, f := range drift {
+		t.Logf("%s: %s (evidence %+v)", f.Subject, f.Summary, f.Evidence)
+		io = io || strings.Contains(f.Subject, "blio") || strings.Contains(f.Subject, "block")
+	}
+	if !io {
+		t.Errorf("no drift over the workload has a block I/O metric on top")
 	}
 }
