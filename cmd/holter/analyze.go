@@ -338,7 +338,9 @@ func rankRanges(ctx context.Context, q findings.Querier, host, target, reference
 		host = fmt.Sprint(res.Rows[0][0])
 	}
 	for name, rg := range map[string]findings.Range{"target": t, "reference": r} {
-		res, err := q.Query(ctx, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE host = '%s' AND start_ns >= %d AND start_ns < %d`,
+		// Overlapping, as findings.Metrics reads samples by their own time:
+		// a range inside one long epoch is not empty.
+		res, err := q.Query(ctx, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE host = '%s' AND end_ns > %d AND start_ns < %d`,
 			strings.ReplaceAll(host, "'", "''"), rg.StartNs, rg.EndNs))
 		if err != nil {
 			return nil, err
