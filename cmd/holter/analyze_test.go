@@ -211,7 +211,7 @@ func (r *recording) waitNewEpochs(t *testing.T, n int) {
 		}
 		break
 	}
-	r.waitEpochs(t, n)
+	r.waitEach(t, n)
 }
 
 // TestRunCatalogFindsThePlantedAnomaly adds runs of a parameterised
