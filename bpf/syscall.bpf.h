@@ -10,7 +10,35 @@
  *
  * Fields: f[0] syscall number, f[1] first argument, f[2] return value,
  * f[3] latency ns.
+ *
+ * exit and exit_group never return, so sys_exit never closes them: they are
+ * counted at entry with no latency, and every one is sampled, labelled by
+ * the process rather than the site. A process ends once, and its end is
+ * what Rule #10 (internal/findings) needs to tell a process that called
+ * exit from one that vanished.
  */
+#define NR_EXIT 60
+#define NR_EXIT_GROUP 231
+
+static __always_inline void sys_last_call(void *ctx, struct hl_control *ctl, struct task_struct *task,
+					  long id, __u64 arg0)
+{
+	__u64 who = current_who(task);
+	struct hl_sample *s;
+	struct verdict v;
+
+	if (!sketch_update(ctl, VITAL_SYSCALL, task->tgid, id, who, 1, &v))
+		return;
+	s = sample_begin(&v, VITAL_SYSCALL, task->tgid, id, who, 1, bpf_ktime_get_ns());
+	if (!s)
+		return;
+	ident_from_task(s, task);
+	s->ustack_bytes = task->mm ? bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK) : 0;
+	s->f[0] = id;
+	s->f[1] = arg0;
+	sample_submit(s, VITAL_SYSCALL, &v);
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(vital_sys_enter, struct pt_regs *regs, long id)
 {
@@ -21,6 +49,10 @@ int BPF_PROG(vital_sys_enter, struct pt_regs *regs, long id)
 	if (!record_current(ctl, VITAL_SYSCALL))
 		return 0;
 	task = bpf_get_current_task_btf();
+	if (id == NR_EXIT || id == NR_EXIT_GROUP) {
+		sys_last_call(ctx, ctl, task, id, regs->di);
+		return 0;
+	}
 	m = bpf_task_storage_get(&task_marks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!m)
 		return 0;

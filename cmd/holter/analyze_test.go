@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +70,7 @@ func TestAnalysisBadInput(t *testing.T) {
 // TestFindingsAndDiffOnARealRecording records with 1 s epochs while a
 // workload idles, then starts fdatasync'd O_DIRECT writes: the findings
 // name the workload, and holter diff between the two halves ranks a block
-// I/O or blocking metric near the top.
+// I/O metric first or second.
 func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
@@ -77,20 +80,9 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	// workload the findings must name.
 	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
-	r.waitEpochs(t, 12)
-	before := time.Now()
-	// /var/tmp is on a disk here; t.TempDir may be a tmpfs without block I/O.
-	ioDir, err := filepathTemp()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(ioDir)
-	out, err := exec.Command(work, filepath.Join(ioDir, "data"), "8").CombinedOutput()
-	if err != nil {
-		t.Fatalf("workload: %v\n%s", err, out)
-	}
-	after := time.Now()
-	r.waitEpochs(t, 2)
+	r.waitEach(t, 12)
+	before, after := directWrite(t, work, 8)
+	waitRecorded(t, bin, dir, after)
 	rng := func(a, b time.Time) string {
 		return a.UTC().Format(time.RFC3339Nano) + "/" + b.UTC().Format(time.RFC3339Nano)
 	}
@@ -118,11 +110,7 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		}
 	}
 	if !named {
-		// Flaky on a 2-CPU machine: whether the EWMA or a rule fires on
-		// the 8-s workload depends on the background of the epochs before
-		// it. Reported, not failed, until the detector is tuned; the diff
-		// ranking below is asserted.
-		t.Logf("no finding names direct_write:\n%s", out2)
+		t.Errorf("no finding names direct_write:\n%s", out2)
 	}
 	l2 := false
 	for _, u := range fs.Unevaluated {
@@ -153,16 +141,78 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		}
 	}
 	t.Logf("top metrics: %v", names)
-	ok := false
-	for _, n := range names {
-		ok = ok || strings.Contains(n, "blio") || strings.Contains(n, "block") || strings.Contains(n, "blck")
-	}
-	if !ok {
-		t.Errorf("no block I/O or blocking metric in the top 5: %v", names)
+	if len(names) < 2 || !strings.Contains(names[0], "blio") && !strings.Contains(names[0], "block") &&
+		!strings.Contains(names[1], "blio") && !strings.Contains(names[1], "block") {
+		t.Errorf("no block I/O metric first or second: %v", names)
 	}
 }
 
-func filepathTemp() (string, error) { return os.MkdirTemp("/var/tmp", "holter-io-") }
+// directWrite runs the direct_write workload for the given seconds on a
+// disk (/var/tmp here; t.TempDir may be a tmpfs without block I/O) and
+// returns when it began and ended.
+func directWrite(t *testing.T, work string, seconds int) (began, ended time.Time) {
+	t.Helper()
+	ioDir, err := os.MkdirTemp("/var/tmp", "holter-io-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(ioDir)
+	began = time.Now()
+	if out, err := exec.Command(work, filepath.Join(ioDir, "data"), fmt.Sprint(seconds)).CombinedOutput(); err != nil {
+		t.Fatalf("workload: %v\n%s", err, out)
+	}
+	return began, time.Now()
+}
+
+// waitRecorded waits until the store holds an epoch that starts after ts,
+// so every epoch holding ts is committed: counting commits is not enough
+// when the recorder is behind, and a slow commit stretches its epoch.
+func waitRecorded(t *testing.T, bin, dir string, ts time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, errOut, code := runHolter(t, bin, "query", "--data", dir, "--format", "csv",
+			fmt.Sprintf("SELECT count(*) FROM epochs WHERE start_ns > %d", ts.UnixNano()))
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if n, err := strconv.Atoi(lines[len(lines)-1]); code == 0 && err == nil && n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no epoch starting after %s recorded: exit %d %s%s", ts.Format(time.RFC3339Nano), code, out, errOut)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitEach waits for n epochs one at a time, each within two minutes: a
+// loaded machine starts the recorder and commits slowly, and a commit
+// stretches its epoch.
+func (r *recording) waitEach(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		select {
+		case <-r.committed:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("only %d of %d epochs committed; log:\n%s", i, n, r.log)
+		}
+	}
+}
+
+// waitNewEpochs waits for n epochs committed from now on: those reported
+// while the caller was busy are passed over, so the store holds every epoch
+// of what the caller just did.
+func (r *recording) waitNewEpochs(t *testing.T, n int) {
+	t.Helper()
+	for {
+		select {
+		case <-r.committed:
+			continue
+		default:
+		}
+		break
+	}
+	r.waitEach(t, n)
+}
 
 // TestRunCatalogFindsThePlantedAnomaly adds runs of a parameterised
 // workload to the catalog through a running recorder: sixteen pairs differing
@@ -218,4 +268,133 @@ func TestRunCatalogFindsThePlantedAnomaly(t *testing.T) {
 	}
 	text, _, _ := runHolter(t, bin, "runs", "--data", dir)
 	t.Log(text)
+}
+
+// TestRule10ExitAndKillOnARealRecording: a shell loop that exits when told
+// to, and a process that spins until it is sent SIGKILL, both stop showing
+// vital signs; rule 10 names each, the first as a voluntary death (its
+// exit_group, which the recorder samples at entry since the call never
+// returns) and the second as killed.
+func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	spin := testutil.BuildWorkload(t, "cpu_spin")
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	r.waitEpochs(t, 2)
+	start := time.Now()
+	stop := filepath.Join(t.TempDir(), "stop")
+	exited := exec.Command("sh", "-c", `while [ ! -e "$1" ]; do :; done`, "sh", stop)
+	killed := exec.Command(spin, "600")
+	for _, c := range []*exec.Cmd{exited, killed} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Process.Kill()
+	}
+	// Seen in rule 10's GoneAfter (3) intervals running, counted in
+	// epochs: a loaded machine commits them late.
+	r.waitNewEpochs(t, 5)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	killed.Process.Signal(syscall.SIGKILL)
+	if err := exited.Wait(); err != nil {
+		t.Fatalf("the shell loop: %v", err)
+	}
+	killed.Wait()
+	waitRecorded(t, bin, dir, time.Now().Add(time.Second))
+	out, errOut, code := runHolter(t, bin, "findings", "--data", dir, "--range",
+		start.UTC().Format(time.RFC3339Nano)+"/"+time.Now().UTC().Format(time.RFC3339Nano), "--json")
+	if code != 0 {
+		t.Fatalf("findings: exit %d %s", code, errOut)
+	}
+	var fs struct {
+		Findings []struct {
+			Rule, Summary string
+			Processes     []struct{ Pid int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &fs); err != nil {
+		t.Fatal(err)
+	}
+	cause := map[int]string{}
+	for _, f := range fs.Findings {
+		if f.Rule != "rule10-disappeared" {
+			continue
+		}
+		for _, p := range f.Processes {
+			if p.Pid == exited.Process.Pid || p.Pid == killed.Process.Pid {
+				cause[p.Pid] = f.Summary
+			}
+		}
+	}
+	t.Logf("exited %d: %s", exited.Process.Pid, cause[exited.Process.Pid])
+	t.Logf("killed %d: %s", killed.Process.Pid, cause[killed.Process.Pid])
+	if !strings.Contains(cause[exited.Process.Pid], "called exit") {
+		t.Errorf("the process that returned from main: %q, want a voluntary death", cause[exited.Process.Pid])
+	}
+	if !strings.Contains(cause[killed.Process.Pid], "SIGKILL") {
+		t.Errorf("the process killed: %q, want SIGKILL", cause[killed.Process.Pid])
+	}
+	if t.Failed() {
+		q, _, _ := runHolter(t, bin, "query", "--data", dir, fmt.Sprintf(`SELECT epoch, pid, vital, count(*), max(signal), max(target_pid), max(syscall_nr)
+			FROM samples WHERE pid IN (%d, %d) OR target_pid IN (%d, %d) GROUP BY ALL ORDER BY 1, 2`,
+			exited.Process.Pid, killed.Process.Pid, exited.Process.Pid, killed.Process.Pid))
+		t.Logf("findings:\n%s\nsamples:\n%s", out, q)
+	}
+}
+
+// TestOnlineDriftOnARealRecording: the recorder's own analysis, while it
+// records with 1 s epochs, checks each recent stretch against the ones
+// before it. After about 25 s of the machine's usual background a workload
+// starts fdatasync'd O_DIRECT writes for 20 s: a reference-drift finding
+// over the workload appears in holter findings, stored by the recorder,
+// with a block I/O metric on top.
+func TestOnlineDriftOnARealRecording(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	work := testutil.BuildWorkload(t, "direct_write")
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	r.waitEach(t, 25)
+	began, ended := directWrite(t, work, 20)
+	type finding struct {
+		Source, Rule, Subject, Summary string
+		StartNs                        int64 `json:"start_ns"`
+		EndNs                          int64 `json:"end_ns"`
+		Evidence                       []struct{ Name, Relation string }
+	}
+	var drift []finding
+	// The recorder analyses at most every 10 s, after the epochs are
+	// committed: the check whose target holds the end of the workload may
+	// come that much later, and more on a loaded machine.
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && len(drift) == 0; time.Sleep(2 * time.Second) {
+		out, errOut, code := runHolter(t, bin, "findings", "--data", dir, "--since", "5m", "--json")
+		if code != 0 {
+			t.Fatalf("findings: exit %d %s", code, errOut)
+		}
+		var fs struct{ Findings []finding }
+		if err := json.Unmarshal([]byte(out), &fs); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs.Findings {
+			if f.Rule == "reference-drift" && f.Source == "recorder" && f.StartNs < ended.UnixNano() && f.EndNs > began.UnixNano() {
+				drift = append(drift, f)
+			}
+		}
+	}
+	if len(drift) == 0 {
+		t.Fatalf("no reference-drift finding over the workload; recorder log:\n%s", r.log)
+	}
+	io := false
+	for _, f := range drift {
+		t.Logf("%s: %s (evidence %+v)", f.Subject, f.Summary, f.Evidence)
+		io = io || strings.Contains(f.Subject, "blio") || strings.Contains(f.Subject, "block")
+	}
+	if !io {
+		t.Errorf("no drift over the workload has a block I/O metric on top")
+	}
 }

@@ -27,6 +27,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", defaultDataDir, "data directory holding the store")
 	epoch := fs.Duration("epoch", recorder.DefaultEpoch, "epoch length (at least 1s)")
 	vitals := fs.String("vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "))
+	analyse := fs.Bool("online", true, "analyse while recording: store findings and reference drift (see holter findings)")
 	budget := fs.String("budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)")
 	threshold := fs.Uint("threshold", 0, "sampling threshold t, a power of 2 (default 2^sketch.DefaultShift)")
 	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
@@ -209,15 +210,20 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time
-	online := newOnline(st, *epoch, rec.Status, logf)
+	var online *online
+	if *analyse {
+		online = newOnline(st, *epoch, rec.Status, rec.Fixed, logf)
+		defer online.close()
+	}
 	return rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
 		if err := st.WriteEpoch(context.Background(), e); err != nil {
 			return err
 		}
 		wrote := time.Since(began)
-		online.afterEpoch(e)
-		analysed := time.Since(began) - wrote
+		if online != nil {
+			online.afterEpoch(e)
+		}
 		if exporter != nil {
 			if err := exporter.Committed(context.Background(), e.Epoch); err != nil {
 				logf("export: %v", err)
@@ -240,8 +246,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			}
 			parts = append(parts, part)
 		}
-		logf("epoch %d committed in %v, analysed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond),
-			analysed.Round(time.Millisecond), strings.Join(parts, ", "))
+		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
 		return nil
 	})
 }

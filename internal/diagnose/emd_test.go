@@ -182,3 +182,45 @@ func TestRank(t *testing.T) {
 		t.Error("negative bins accepted")
 	}
 }
+
+// TestRankNoise: Noise is the EMD between the reference's halves, Denoise
+// ranks by what exceeds it, and a metric's own MinSamples replaces the
+// option's.
+func TestRankNoise(t *testing.T) {
+	n := func(vals ...float64) Sample { return Sample{Values: vals} }
+	metrics := []Metric{
+		// The reference's halves differ more than the target differs
+		// from it: its own variation explains the difference.
+		{Name: "bursty", Target: n(9, 9, 9, 9), Reference: n(1, 1, 9, 9)},
+		// A steady reference and a target that moved.
+		{Name: "moved", Target: n(6, 6, 6, 6), Reference: n(4, 4, 4, 4)},
+		{Name: "per epoch", Target: n(2, 2), Reference: n(1, 1), MinSamples: 2},
+	}
+	ranked, skipped, err := Rank(metrics, &RankOptions{MinSamples: 4})
+	if err != nil || len(skipped) != 0 {
+		t.Fatal(err, skipped)
+	}
+	byName := map[string]Ranked{}
+	for _, r := range ranked {
+		byName[r.Name] = r
+	}
+	// bursty: W(target, reference) = 0.5·8 = 4 over the larger mean 9;
+	// halves {1, 1} and {9, 9}: W = 8 over 9. moved: 2 over 6, halves
+	// equal. per epoch: 1 over 2.
+	if b := byName["bursty"]; !near(b.EMD, 4.0/9, 1e-12) || !near(b.Noise, 8.0/9, 1e-12) || b.Score != b.EMD {
+		t.Errorf("bursty %+v", b)
+	}
+	if m := byName["moved"]; !near(m.EMD, 2.0/6, 1e-12) || m.Noise != 0 {
+		t.Errorf("moved %+v", m)
+	}
+	if ranked[0].Name != "per epoch" || ranked[1].Name != "bursty" {
+		t.Errorf("by EMD: %s, %s, %s", ranked[0].Name, ranked[1].Name, ranked[2].Name)
+	}
+	ranked, _, err = Rank(metrics, &RankOptions{MinSamples: 4, Denoise: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ranked[0].Name != "per epoch" || ranked[1].Name != "moved" || ranked[2].Name != "bursty" || ranked[2].Score != 0 {
+		t.Errorf("denoised: %+v", ranked)
+	}
+}

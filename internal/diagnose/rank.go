@@ -17,6 +17,10 @@ var ErrTooFewSamples = errors.New("too few samples")
 type Metric struct {
 	Name              string
 	Target, Reference Sample
+	// MinSamples, when positive, replaces RankOptions.MinSamples for this
+	// metric: one whose values each summarise many events (a rate per
+	// epoch) is judged on fewer values than one of single measurements.
+	MinSamples int
 }
 
 // RankOptions tunes Rank. Nil means the defaults.
@@ -27,6 +31,12 @@ type RankOptions struct {
 	MinSamples int
 	// Bins is the number of histogram bins returned per metric. Default 20.
 	Bins int
+	// Denoise ranks by the EMD beyond the reference's own variation
+	// (Ranked.Score) rather than by the EMD, as the paper does. On a busy
+	// shared machine whose background comes in bursts the variation
+	// measured between the reference's halves is itself noisy and can
+	// bury the metric that changed, so it is off by default.
+	Denoise bool
 }
 
 func (o *RankOptions) withDefaults() (RankOptions, error) {
@@ -34,6 +44,7 @@ func (o *RankOptions) withDefaults() (RankOptions, error) {
 	if o == nil {
 		return r, nil
 	}
+	r.Denoise = o.Denoise
 	if o.MinSamples < 0 || o.Bins < 0 {
 		return r, fmt.Errorf("rank options: negative MinSamples %d or Bins %d", o.MinSamples, o.Bins)
 	}
@@ -64,6 +75,17 @@ type Ranked struct {
 	Name string
 	// EMD is the earth mover's distance after scaling (see EMD).
 	EMD float64
+	// Noise is the EMD between the first and the second half of the
+	// reference's values (in the order given: time order for recorded
+	// metrics), scaled the same way: how much the metric differs from
+	// itself with nothing changed. Shen et al. §3.1 note that a large
+	// difference "may also be due to the natural variation between
+	// reference and target executions"; Noise measures that variation.
+	Noise float64
+	// Score is what the ranking orders by: the EMD, or with
+	// RankOptions.Denoise EMD - Noise, at least 0 (a metric that differs
+	// as much within the reference as between the two sides scores 0).
+	Score float64
 	// Scale is the divisor that made the larger mean 1; 0 when both means
 	// are 0 and the distributions are identical.
 	Scale                     float64
@@ -83,6 +105,11 @@ type Skipped struct {
 // the larger mean is 1) and the metrics are returned from the most to the
 // least different, ties in name order. The top of the list is where to look
 // for the anomaly's cause.
+//
+// Each metric's natural variation (Ranked.Noise) is reported with it: a
+// heavy-tailed metric — the latency of wait4, say, which is a child's
+// lifetime — shows a large EMD between any two stretches of a busy
+// machine. RankOptions.Denoise ranks by the EMD beyond it.
 //
 // A metric that cannot be compared (too few values, malformed values, means
 // of zero) is returned in skipped with its error rather than failing the
@@ -106,6 +133,9 @@ func Rank(metrics []Metric, opts *RankOptions) (ranked []Ranked, skipped []Skipp
 		ranked = append(ranked, r)
 	}
 	sort.Slice(ranked, func(i, j int) bool {
+		if ranked[i].Score != ranked[j].Score {
+			return ranked[i].Score > ranked[j].Score
+		}
 		if ranked[i].EMD != ranked[j].EMD {
 			return ranked[i].EMD > ranked[j].EMD
 		}
@@ -115,19 +145,34 @@ func Rank(metrics []Metric, opts *RankOptions) (ranked []Ranked, skipped []Skipp
 }
 
 func rankOne(m Metric, o RankOptions) (Ranked, error) {
-	if m.Target.Len() < o.MinSamples || m.Reference.Len() < o.MinSamples {
+	need := o.MinSamples
+	if m.MinSamples > 0 {
+		need = m.MinSamples
+	}
+	if m.Target.Len() < need || m.Reference.Len() < need {
 		return Ranked{}, fmt.Errorf("%w: %d target and %d reference values, need %d",
-			ErrTooFewSamples, m.Target.Len(), m.Reference.Len(), o.MinSamples)
+			ErrTooFewSamples, m.Target.Len(), m.Reference.Len(), need)
 	}
 	dist, scale, err := EMD(m.Target, m.Reference)
 	if err != nil {
 		return Ranked{}, err
 	}
+	score, noise := dist, 0.0
+	a, b := m.Reference.halves()
+	// Halves whose means are both zero and that differ have no scale:
+	// the reference varies in a way EMD cannot measure, and the noise is
+	// taken as none.
+	if n, _, err := EMD(a, b); err == nil {
+		noise = n
+	}
+	if o.Denoise {
+		score = math.Max(dist-noise, 0)
+	}
 	// EMD has validated both samples, so neither mean fails.
 	mt, _ := m.Target.Mean()
 	mr, _ := m.Reference.Mean()
 	return Ranked{
-		Name: m.Name, EMD: dist, Scale: scale,
+		Name: m.Name, EMD: dist, Noise: noise, Score: score, Scale: scale,
 		TargetMean: mt, ReferenceMean: mr,
 		TargetN: m.Target.Len(), ReferenceN: m.Reference.Len(),
 		Histogram: histogram(m.Target, m.Reference, o.Bins),
@@ -167,4 +212,15 @@ func histogram(t, r Sample, bins int) Histogram {
 	}
 	h.Target, h.Reference = fill(t), fill(r)
 	return h
+}
+
+// halves splits a valid sample into its first and second half by count,
+// keeping the order of the values.
+func (s Sample) halves() (Sample, Sample) {
+	h := len(s.Values) / 2
+	a, b := Sample{Values: s.Values[:h]}, Sample{Values: s.Values[h:]}
+	if s.Weights != nil {
+		a.Weights, b.Weights = s.Weights[:h], s.Weights[h:]
+	}
+	return a, b
 }

@@ -152,7 +152,7 @@ func RankRanges(ctx context.Context, q Querier, target, reference string, o Diff
 		name string
 		r    Range
 	}{{"target", t}, {"reference", r}} {
-		res, err := q.Query(ctx, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE host = %s AND start_ns >= %d AND start_ns < %d`,
+		res, err := q.Query(ctx, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE host = %s AND end_ns > %d AND start_ns < %d`,
 			sqlString(host), side.r.StartNs, side.r.EndNs))
 		if err != nil {
 			return nil, err

@@ -59,7 +59,8 @@
 //	                                                (GoneMinSamples each) and absent from the
 //	                                                next; its sampled signals (SIGKILL: killed;
 //	                                                SIGSEGV, SIGBUS, …: accidental) and exit
-//	                                                syscalls (voluntary) give the cause.
+//	                                                syscalls (voluntary; the recorder samples
+//	                                                every exit and exit_group) give the cause.
 //
 // Where the vitals differ from the paper's: the per-process figures are
 // estimates from logarithmically sampled events (a sample stands for the

@@ -15,6 +15,8 @@ type Range struct{ StartNs, EndNs int64 }
 // MetricSet is every low-level metric derived from one range's samples.
 type MetricSet struct {
 	Samples map[string]diagnose.Sample
+	// PerEpoch names the metrics with one value per epoch.
+	PerEpoch map[string]bool
 	// Truncated: the range had more samples than one query returns, and
 	// the metrics use the first ones.
 	Truncated bool
@@ -34,7 +36,8 @@ type MetricSet struct {
 //     mean inter-arrival over that stretch, since samples are not events;
 //   - per epoch: each vital's event rate, and the mean number of block
 //     requests and system calls in flight by Little's law (rate × mean
-//     latency), which needs no per-request bookkeeping.
+//     latency), which needs no per-request bookkeeping. An epoch belongs
+//     to the range its middle falls in.
 //
 // Each sample counts with the number of events it stands for (its label's
 // weight since its previous sample over its own weight, see Load), so a
@@ -44,7 +47,7 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	if r.EndNs <= r.StartNs {
 		return nil, fmt.Errorf("metrics: empty range")
 	}
-	m := &MetricSet{Samples: map[string]diagnose.Sample{}}
+	m := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}}
 	add := func(name string, v, w float64) {
 		if math.IsNaN(v) || math.IsNaN(w) || w <= 0 {
 			return
@@ -54,12 +57,25 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 		s.Weights = append(s.Weights, w)
 		m.Samples[name] = s
 	}
-	cte := representedCTE(host, 0, r.StartNs, r.EndNs, "")
-	res, err := q.Query(ctx, cte+`SELECT vital, epoch, ts_ns, de,
-		ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap,
+	// Samples count by their own time, so that a range boundary inside an
+	// epoch (a workload started mid-epoch) splits the epoch's samples; the
+	// epoch holding the start is read whole, for the weights its samples
+	// stand for.
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT coalesce(max(start_ns), %d) FROM epochs WHERE host = %s AND start_ns <= %d`,
+		r.StartNs, sqlString(host), r.StartNs))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	first := r.StartNs
+	if len(res.Rows) > 0 {
+		first = toInt(res.Rows[0][0])
+	}
+	cte := representedCTE(host, 0, first, r.EndNs, "")
+	res, err = q.Query(ctx, cte+fmt.Sprintf(`, g AS (SELECT *, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap FROM r)
+		SELECT vital, epoch, ts_ns, de, gap,
 		CAST(delay_ns AS DOUBLE), CAST(latency_ns AS DOUBLE), CAST(queue_ns AS DOUBLE), CAST(bytes_requested AS DOUBLE),
 		CAST(sector AS DOUBLE), CAST(bytes AS DOUBLE), CAST(alloc_order AS DOUBLE), syscall_nr, op
-		FROM r ORDER BY ts_ns`)
+		FROM g WHERE ts_ns >= %d AND ts_ns < %d ORDER BY ts_ns`, r.StartNs, r.EndNs))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -108,20 +124,29 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	}
 	res, err = q.Query(ctx, fmt.Sprintf(`SELECT v.vital, e.epoch, CAST(v.events AS DOUBLE) / ((e.end_ns - e.start_ns) / 1e9)
 		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
-		WHERE e.host = %s AND e.start_ns >= %d AND e.start_ns < %d ORDER BY e.start_ns`, sqlString(host), r.StartNs, r.EndNs))
+		WHERE e.host = %s AND e.start_ns + (e.end_ns - e.start_ns) / 2 >= %d AND e.start_ns + (e.end_ns - e.start_ns) / 2 < %d
+		ORDER BY e.start_ns`, sqlString(host), r.StartNs, r.EndNs))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	for _, row := range res.Rows {
 		vital, epoch, rate := fmt.Sprint(row[0]), toInt(row[1]), toFloat(row[2])
 		add(vital+" events/s per epoch", rate, 1)
+		m.PerEpoch[vital+" events/s per epoch"] = true
 		if l := latency[[2]any{vital, epoch}]; l != nil && l.n > 0 {
 			name := map[string]string{"blio": "outstanding block requests (Little)", "syscall": "system calls in flight (Little)"}[vital]
 			add(name, rate*l.sum/l.n/1e9, 1)
+			m.PerEpoch[name] = true
 		}
 	}
 	return m, nil
 }
+
+// MinEpochs is the fewest epochs a metric with one value per epoch needs on
+// each side to be ranked: each of its values summarises an epoch's events,
+// so it is not held to RankOptions.MinSamples, which counts single
+// measurements.
+const MinEpochs = 4
 
 // CompareRanges derives the metrics of a target and a reference range and
 // ranks them by earth mover's distance (diagnose.Rank): the metrics most
@@ -135,6 +160,12 @@ func CompareRanges(ctx context.Context, q Querier, host string, target, referenc
 	if err != nil {
 		return nil, nil, fmt.Errorf("reference: %w", err)
 	}
+	return Compare(t, r, opts)
+}
+
+// Compare ranks the metrics of a target against a reference (see
+// CompareRanges).
+func Compare(t, r *MetricSet, opts *diagnose.RankOptions) ([]diagnose.Ranked, []diagnose.Skipped, error) {
 	var names []string
 	for n := range t.Samples {
 		names = append(names, n)
@@ -147,7 +178,31 @@ func CompareRanges(ctx context.Context, q Querier, host string, target, referenc
 	sort.Strings(names)
 	var ms []diagnose.Metric
 	for _, n := range names {
-		ms = append(ms, diagnose.Metric{Name: n, Target: t.Samples[n], Reference: r.Samples[n]})
+		m := diagnose.Metric{Name: n, Target: t.Samples[n], Reference: r.Samples[n]}
+		if t.PerEpoch[n] || r.PerEpoch[n] {
+			m.MinSamples = MinEpochs
+		}
+		ms = append(ms, m)
 	}
 	return diagnose.Rank(ms, opts)
+}
+
+// Join is the metrics of consecutive ranges, given oldest first, as if
+// derived from their union: values stay in time order. The sets are not
+// changed.
+func Join(sets ...*MetricSet) *MetricSet {
+	out := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}}
+	for _, m := range sets {
+		for n, s := range m.Samples {
+			j := out.Samples[n]
+			j.Values = append(j.Values[:len(j.Values):len(j.Values)], s.Values...)
+			j.Weights = append(j.Weights[:len(j.Weights):len(j.Weights)], s.Weights...)
+			out.Samples[n] = j
+		}
+		for n := range m.PerEpoch {
+			out.PerEpoch[n] = true
+		}
+		out.Truncated = out.Truncated || m.Truncated
+	}
+	return out
 }

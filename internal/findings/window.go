@@ -120,7 +120,8 @@ type LoadOptions struct {
 	Timescale string
 	// From and To bound the intervals by their start; zero To means now.
 	From, To time.Time
-	// ReportFrom: intervals starting before it are loaded as history only.
+	// ReportFrom: intervals ending before it (or at it) are loaded as
+	// history only.
 	ReportFrom time.Time
 	// CPUs defaults to 1.
 	CPUs int
@@ -220,7 +221,11 @@ func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
 			w.Unavailable[v] = "not recorded in this range"
 		}
 	}
-	w.ReportFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].StartNs >= o.ReportFrom.UnixNano() })
+	// The first interval reported is the first that ends after ReportFrom:
+	// one that a range starts inside of is part of the range. A workload
+	// started mid-epoch shows first in that epoch, and a detector judges
+	// a change at its onset.
+	w.ReportFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].EndNs > o.ReportFrom.UnixNano() })
 	if err := w.loadSamples(ctx, q, index, width, from, to); err != nil {
 		return nil, err
 	}

@@ -419,6 +419,18 @@ func (r *Recorder) detachLocked(v Vital) error {
 	return err
 }
 
+// Fixed runs f on the calling goroutine, locked to its thread, and counts
+// the thread's CPU time as the monitor's fixed cost, like committing an
+// epoch: work the thresholds cannot reduce (the online analysis), which
+// the budget must not answer by shedding vitals.
+func (r *Recorder) Fixed(f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := threadCPUTime()
+	f()
+	r.fixedNs.Add(threadCPUTime() - before)
+}
+
 // Status returns a snapshot of what is being recorded.
 func (r *Recorder) Status() Status {
 	r.mu.Lock()

@@ -1,0 +1,43 @@
+package findings
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/holter-dev/holter/internal/diagnose"
+)
+
+// TestJoin: joined metric sets keep their values in the order given and do
+// not change the sets joined, and Compare holds per-epoch metrics to
+// MinEpochs values.
+func TestJoin(t *testing.T) {
+	a := &MetricSet{Samples: map[string]diagnose.Sample{"x": {Values: []float64{1, 2}, Weights: []float64{1, 1}}},
+		PerEpoch: map[string]bool{}}
+	b := &MetricSet{Samples: map[string]diagnose.Sample{
+		"x":           {Values: []float64{3}, Weights: []float64{2}},
+		"e per epoch": {Values: []float64{5, 5}, Weights: []float64{1, 1}}},
+		PerEpoch: map[string]bool{"e per epoch": true}, Truncated: true}
+	j := Join(a, b)
+	if got := j.Samples["x"]; !reflect.DeepEqual(got.Values, []float64{1, 2, 3}) || !reflect.DeepEqual(got.Weights, []float64{1, 1, 2}) {
+		t.Errorf("joined x %+v", got)
+	}
+	if !j.PerEpoch["e per epoch"] || !j.Truncated {
+		t.Errorf("joined %+v", j)
+	}
+	j2 := Join(a, a)
+	if len(a.Samples["x"].Values) != 2 || len(j2.Samples["x"].Values) != 4 || len(j.Samples["x"].Values) != 3 {
+		t.Errorf("join changed its inputs: a %v, j %v, j2 %v", a.Samples["x"], j.Samples["x"], j2.Samples["x"])
+	}
+
+	target := &MetricSet{Samples: map[string]diagnose.Sample{
+		"e per epoch": {Values: []float64{9, 9, 9, 9}}, "x": {Values: []float64{1, 2, 3, 4}}}, PerEpoch: map[string]bool{"e per epoch": true}}
+	ref := &MetricSet{Samples: map[string]diagnose.Sample{
+		"e per epoch": {Values: []float64{1, 1, 1, 1}}, "x": {Values: []float64{1, 2, 3, 4}}}, PerEpoch: map[string]bool{"e per epoch": true}}
+	ranked, skipped, err := Compare(target, ref, &diagnose.RankOptions{MinSamples: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranked) != 1 || ranked[0].Name != "e per epoch" || len(skipped) != 1 || skipped[0].Name != "x" {
+		t.Errorf("ranked %+v skipped %+v", ranked, skipped)
+	}
+}
