@@ -159,14 +159,7 @@ func compareHost(t *testing.T, bin, chURL, host, data string, before int64) {
 func TestFleetExport(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
-	nsA := testutil.NewNetns(t, "holter-fa", 41)
-	nsB := testutil.NewNetns(t, "holter-fb", 42)
-	ch := testutil.StartClickHouse(t, "127.0.0.1", nsA.HostIP, nsB.HostIP)
-	port := ch.URL[strings.LastIndex(ch.URL, ":")+1:]
-	a := startFleetAgent(t, bin, nsA, "fleet-a", "http://"+nsA.HostIP+":"+port)
-	b := startFleetAgent(t, bin, nsB, "fleet-b", "http://"+nsB.HostIP+":"+port)
-	a.rec.waitEpochs(t, 3)
-	b.rec.waitEpochs(t, 3)
+	ch, a, b := startExportingPair(t, bin, "holter-f", 41, "fleet", 3)
 	shippedA := a.waitShipped(t, 2, 60*time.Second)
 	shippedB := b.waitShipped(t, 2, 60*time.Second)
 	if st := a.status(t).Export; st.Server == "" || st.DroppedBatches != 0 {
@@ -182,6 +175,22 @@ func TestFleetExport(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "host\nfleet-a\nfleet-b" {
 		t.Errorf("hosts in ClickHouse: %q, %v", out, err)
 	}
+}
+
+// startExportingPair starts ClickHouse and two agents exporting to it, in
+// network namespaces NS+"a" and NS+"b" numbered n and n+1, recording as
+// hosts NAME-a and NAME-b; it returns once each committed epochs epochs.
+func startExportingPair(t *testing.T, bin, ns string, n int, name string, epochs int) (*testutil.ClickHouse, *fleetAgent, *fleetAgent) {
+	t.Helper()
+	nsA := testutil.NewNetns(t, ns+"a", n)
+	nsB := testutil.NewNetns(t, ns+"b", n+1)
+	ch := testutil.StartClickHouse(t, "127.0.0.1", nsA.HostIP, nsB.HostIP)
+	port := ch.URL[strings.LastIndex(ch.URL, ":")+1:]
+	a := startFleetAgent(t, bin, nsA, name+"-a", "http://"+nsA.HostIP+":"+port)
+	b := startFleetAgent(t, bin, nsB, name+"-b", "http://"+nsB.HostIP+":"+port)
+	a.rec.waitEpochs(t, epochs)
+	b.rec.waitEpochs(t, epochs)
+	return ch, a, b
 }
 
 func stderrOf(err error) string {
@@ -217,14 +226,33 @@ func TestExportOutage(t *testing.T) {
 	bin := testutil.BuildHolter(t)
 	ch := testutil.StartClickHouse(t, "127.0.0.1")
 	dir := filepath.Join(t.TempDir(), "data")
+	otlpAddr := freeAddr(t)
 	args := []string{"--data", dir, "--host", "outage", "--epoch", "1s", "--vitals", "cpu,sched", "--budget", "off",
-		"--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--export-rate", "50MB"}
+		"--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--export-rate", "50MB",
+		"--otlp-grpc", "off", "--otlp-http", otlpAddr}
 	r := startRecord(t, bin, args...)
 	a := loopbackAgent(t, r, dir, "outage")
 	t.Cleanup(func() { a.stop() })
 	a.waitShipped(t, 1, 60*time.Second)
+	// Spans committed before, during the outage, and after the restart
+	// within it: each must arrive once.
+	var sent []string
+	sendSpans := func(phase int) {
+		var spans []testSpan
+		now := time.Now().UnixNano()
+		for i := 0; i < 5; i++ {
+			id := fmt.Sprintf("%08x%08x", phase, i)
+			sent = append(sent, id)
+			spans = append(spans, testSpan{service: "svc", name: "op", trace: fmt.Sprintf("%032x", phase), id: id,
+				start: now, end: now + 1000, event: "e"})
+		}
+		postSpans(t, nil, otlpAddr, spans)
+	}
+	sendSpans(1)
+	a.waitSpansShipped(t, 60*time.Second)
 
 	ch.Stop()
+	sendSpans(2)
 	during := r.waitEpochs(t, 3)
 	// A restart while the server is away: the spool is all there is.
 	r.cmd.Process.Kill()
@@ -233,12 +261,14 @@ func TestExportOutage(t *testing.T) {
 	r = startRecord(t, bin, args...)
 	a = loopbackAgent(t, r, dir, "outage")
 	during = append(during, r.waitEpochs(t, 3)...)
+	sendSpans(3)
 	if st := a.status(t).Export; st.Connected || st.SpooledBatches == 0 || st.LastError == "" {
 		t.Errorf("during the outage the status should say the server is away and batches wait: %+v", st)
 	}
 	ch.Start()
 	last := during[len(during)-1]
 	shipped := a.waitShipped(t, last, 60*time.Second)
+	a.waitSpansShipped(t, 60*time.Second)
 	a.stop()
 	compareHost(t, bin, ch.URL, "outage", dir, shipped)
 	fleet, _ := clickhouse.New(ch.URL, &clickhouse.Options{Database: "fleet"})
@@ -253,6 +283,24 @@ func TestExportOutage(t *testing.T) {
 	for _, e := range during {
 		if !arrived[e] {
 			t.Errorf("epoch %d, committed during the outage, did not arrive", e)
+		}
+	}
+	for _, table := range []string{"spans", "span_events"} {
+		res, err = fleet.Query(context.Background(), "SELECT span_id, count() FROM "+table+" WHERE host = 'outage' GROUP BY span_id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, row := range res.Rows {
+			got[row[0].(string)] = row[1].(int64)
+		}
+		for _, id := range sent {
+			if got[id] != 1 {
+				t.Errorf("%s: span %s arrived %d times, want once", table, id, got[id])
+			}
+		}
+		if len(got) != len(sent) {
+			t.Errorf("%s: %d spans in ClickHouse, %d sent", table, len(got), len(sent))
 		}
 	}
 }
