@@ -40,7 +40,7 @@ func startRecord(t *testing.T, bin string, args ...string) *recording {
 
 // startRecordCmd starts a prepared `holter record` command (e.g. one run
 // in a network namespace).
-func startRecordCmd(t *testing.T, cmd *exec.Cmd) *recording {
+func startRecordCmd(t testing.TB, cmd *exec.Cmd) *recording {
 	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -72,7 +72,7 @@ func startRecordCmd(t *testing.T, cmd *exec.Cmd) *recording {
 }
 
 // waitEpochs waits until n epochs have been committed.
-func (r *recording) waitEpochs(t *testing.T, n int) []int64 {
+func (r *recording) waitEpochs(t testing.TB, n int) []int64 {
 	t.Helper()
 	var got []int64
 	timeout := time.After(30 * time.Second)

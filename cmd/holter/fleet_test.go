@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,7 @@ type fleetAgent struct {
 	workload        *exec.Cmd
 }
 
-func startFleetAgent(t *testing.T, bin string, ns *testutil.Netns, name, chURL string) *fleetAgent {
+func startFleetAgent(t testing.TB, bin string, ns *testutil.Netns, name, chURL string) *fleetAgent {
 	t.Helper()
 	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", ns: ns}
 	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
@@ -305,10 +306,21 @@ func TestExportOutage(t *testing.T) {
 	}
 }
 
+// traceLine is one interval of holter trace --json.
+type traceLine struct {
+	Rows  []map[string]any
+	Hosts map[string]string
+}
+
 // TestFleetTrace runs a live query across two agents in network
 // namespaces, authenticating with their token, and kills one mid-query:
 // the merged intervals say which hosts contributed, the killed one is
-// reported failed, and the query goes on with the other.
+// reported failed, and the query goes on with the other. Exactness: a
+// workload makes a known number of reads of known sizes while both
+// agents answer; both watch the same kernel, so the fleet's count and sum
+// are exactly twice one host's, and its avg, p99 and count_distinct —
+// merged from sum and count, histogram buckets and distinct bitmaps —
+// equal what one host (holter trace --local, run beside) computes.
 func TestFleetTrace(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
@@ -318,39 +330,89 @@ func TestFleetTrace(t *testing.T) {
 	b := startFleetAgent(t, bin, nsB, "trace-b", "")
 	a.rec.waitEpochs(t, 1)
 	b.rec.waitEpochs(t, 1)
-	// Both agents watch the same kernel: each counts the same events, so
-	// while both answer the merged count is the sum of two agents'.
-	cmd := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--token", fleetToken, "--for", "7s", "--json",
-		"SELECT count(*) AS n FROM syscall.any")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
+
+	// tracecalls reads /dev/zero r times, cycling through 1, 100, 1000
+	// and 5000 bytes, once its gate file appears.
+	const r = 400
+	work := testutil.BuildWorkload(t, "tracecalls")
+	gate := filepath.Join(t.TempDir(), "gate")
+	wl := exec.Command(work, gate, "0", fmt.Sprint(r), "0")
+	if err := wl.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	type line struct {
-		Rows  []map[string]any
-		Hosts map[string]string
-	}
-	var lines []line
-	dec := json.NewDecoder(stdout)
-	killed := false
-	for {
-		var l line
-		if err := dec.Decode(&l); err != nil {
-			break
+	t.Cleanup(func() { wl.Process.Kill(); wl.Wait() })
+	query := fmt.Sprintf(`SELECT count(*) AS n, sum(count) AS s, avg(count) AS a, p99(count) AS q, count_distinct(count) AS d
+		FROM syscall.read WHERE pid = %d AND fd > 2`, wl.Process.Pid)
+
+	traceLines := func(cmd *exec.Cmd, each func(n int)) (<-chan []traceLine, *strings.Builder) {
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-		lines = append(lines, l)
-		if !killed && len(lines) == 2 {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan []traceLine, 1)
+		go func() {
+			var lines []traceLine
+			dec := json.NewDecoder(stdout)
+			for {
+				var l traceLine
+				if err := dec.Decode(&l); err != nil {
+					break
+				}
+				lines = append(lines, l)
+				each(len(lines))
+			}
+			done <- lines
+		}()
+		return done, &stderr
+	}
+	// One host's answer, over the same kernel, as the baseline.
+	localUp := make(chan struct{})
+	local := exec.Command(bin, "trace", "--local", "--for", "10s", "--json", query)
+	localDone, localErr := traceLines(local, func(n int) {
+		if n == 1 {
+			close(localUp)
+		}
+	})
+	select {
+	case <-localUp:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("holter trace --local gave no interval: %s", localErr)
+	}
+	fleetUp := make(chan struct{})
+	fleet := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--token", fleetToken, "--for", "7s", "--json", query)
+	fleetDone, stderr := traceLines(fleet, func(n int) {
+		switch n {
+		case 1:
+			close(fleetUp)
+		case 3:
 			b.rec.cmd.Process.Kill()
-			killed = true
 		}
+	})
+	select {
+	case <-fleetUp:
+	case <-time.After(30 * time.Second):
+		fleet.Process.Kill()
+		t.Fatalf("holter trace --hosts gave no interval: %s", stderr)
 	}
-	if err := cmd.Wait(); err != nil {
+	// Both agents answer: the reads happen now.
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := wl.Wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	lines := <-fleetDone
+	if err := fleet.Wait(); err != nil {
 		t.Fatalf("holter trace --hosts: %v\n%s\n%v", err, stderr.String(), lines)
+	}
+	localLines := <-localDone
+	if err := local.Wait(); err != nil {
+		t.Fatalf("holter trace --local: %v\n%s", err, localErr)
 	}
 	if len(lines) < 5 {
 		t.Fatalf("only %d intervals:\n%v\n%s", len(lines), lines, stderr.String())
@@ -362,7 +424,61 @@ func TestFleetTrace(t *testing.T) {
 	if last.Hosts[a.api] != "ok" || !strings.HasPrefix(last.Hosts[b.api], "failed") {
 		t.Errorf("after the kill: %s should contribute and %s be reported failed: %v", a.api, b.api, last.Hosts)
 	}
-	if len(last.Rows) != 1 || last.Rows[0]["n"].(float64) <= 0 {
+	if len(last.Rows) != 1 {
 		t.Errorf("the surviving host's results should go on: %v", last.Rows)
+	}
+
+	// Exactness.
+	num := func(l traceLine, col string) float64 {
+		if len(l.Rows) != 1 {
+			t.Fatalf("%d rows in an interval, want 1: %v", len(l.Rows), l.Rows)
+		}
+		f, _ := l.Rows[0][col].(float64)
+		return f
+	}
+	total := func(ls []traceLine, col string) (sum float64) {
+		for _, l := range ls {
+			sum += num(l, col)
+		}
+		return sum
+	}
+	const bytes = r / 4 * (1 + 100 + 1000 + 5000)
+	if n, s := total(localLines, "n"), total(localLines, "s"); n != r || s != bytes {
+		t.Fatalf("one host counted %v reads of %v bytes, want %d of %d", n, s, r, bytes)
+	}
+	if n, s := total(lines, "n"), total(lines, "s"); n != 2*r || s != 2*bytes {
+		t.Errorf("the fleet counted %v reads of %v bytes, want exactly twice one host's: %d of %d", n, s, 2*r, 2*bytes)
+	}
+	var one traceLine
+	for _, l := range localLines {
+		if num(l, "n") == r {
+			one = l
+		}
+	}
+	if one.Rows == nil {
+		t.Fatalf("one host's reads straddle two intervals: %v", localLines)
+	}
+	whole := 0
+	for _, l := range lines {
+		// An interval holding one agent's whole burst or both: the same
+		// events, once or twice, so the same avg, p99 and distinct count.
+		if n := num(l, "n"); n != r && n != 2*r {
+			if n != 0 {
+				t.Logf("an agent's burst straddles its intervals: %v", l.Rows)
+			}
+			continue
+		}
+		whole++
+		for _, col := range []string{"a", "q", "d"} {
+			if num(l, col) != num(one, col) {
+				t.Errorf("%s: fleet %v, one host %v (fleet interval %v, one host's %v)", col, num(l, col), num(one, col), l.Rows, one.Rows)
+			}
+		}
+	}
+	if whole == 0 {
+		t.Errorf("no fleet interval holds a whole burst: %v", lines)
+	}
+	if num(one, "a") != 1525.25 || num(one, "d") != 4 {
+		t.Errorf("one host: avg %v, count_distinct %v; want 1525.25 and 4", num(one, "a"), num(one, "d"))
 	}
 }
