@@ -21,6 +21,7 @@ type testSpan struct {
 	start, end                       int64
 	link                             string // trace/span this span coalesces
 	event                            string
+	pid                              int // process.pid and thread.id: the kernel accounts the span
 }
 
 // otlpJSON is an ExportTraceServiceRequest in OTLP/JSON, one resource per
@@ -37,6 +38,11 @@ func otlpJSON(spans []testSpan) string {
 		if s.link != "" {
 			t, id, _ := strings.Cut(s.link, "/")
 			sp["links"] = []any{map[string]any{"traceId": t, "spanId": id}}
+		}
+		if s.pid != 0 {
+			sp["attributes"] = []any{
+				map[string]any{"key": "process.pid", "value": map[string]any{"intValue": fmt.Sprint(s.pid)}},
+				map[string]any{"key": "thread.id", "value": map[string]any{"intValue": fmt.Sprint(s.pid)}}}
 		}
 		if s.event != "" {
 			sp["events"] = []any{map[string]any{"timeUnixNano": fmt.Sprint(s.start + 1000), "name": s.event}}
@@ -137,7 +143,8 @@ func TestFleetSpans(t *testing.T) {
 	ms := int64(time.Millisecond)
 	postSpans(t, a.ns, "127.0.0.1:4318", []testSpan{
 		{service: "front", name: "GET /item", trace: trace, id: "a000000000000001", start: t0, end: t0 + 50*ms, event: "parsed"},
-		{service: "storage", name: "read", trace: trace, id: "a000000000000003", parent: "b000000000000002", start: t0 + 20*ms, end: t0 + 30*ms},
+		{service: "storage", name: "read", trace: trace, id: "a000000000000003", parent: "b000000000000002", start: t0 + 20*ms, end: t0 + 30*ms,
+			pid: a.workload.Process.Pid},
 	})
 	postSpans(t, b.ns, "127.0.0.1:4318", []testSpan{
 		{service: "middle", name: "lookup", trace: trace, id: "b000000000000002", parent: "a000000000000001", start: t0 + 10*ms, end: t0 + 40*ms},
@@ -146,6 +153,18 @@ func TestFleetSpans(t *testing.T) {
 	})
 	a.waitSpansShipped(t, 60*time.Second)
 	b.waitSpansShipped(t, 60*time.Second)
+	// The storage span names its thread: the kernel's account of it (a
+	// later commit) ships too.
+	c, _ := clickhouse.New(ch.URL, &clickhouse.Options{Database: "fleet"})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		res, err := c.Query(context.Background(), "SELECT host, span_id FROM span_accounting")
+		if err == nil && len(res.Rows) == 1 && fmt.Sprint(res.Rows[0]) == "[span-a a000000000000003]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the storage span's accounting did not arrive: %v %v\n%s", res, err, a.rec.log)
+		}
+	}
 	a.stop()
 	b.stop()
 
@@ -183,11 +202,11 @@ func TestFleetSpans(t *testing.T) {
 		t.Errorf("fleet spans are not the union of the agents':\nfleet:\n%s\nunion:\n%s", strings.Join(got, "\n"), strings.Join(union, "\n"))
 	}
 	// Rows of every span table arrived once, tagged with their host.
-	c, _ := clickhouse.New(ch.URL, &clickhouse.Options{Database: "fleet"})
 	for table, want := range map[string]string{
-		"spans":       "span-a:2,span-b:2",
-		"span_links":  "span-b:1",
-		"span_events": "span-a:1",
+		"spans":           "span-a:2,span-b:2",
+		"span_links":      "span-b:1",
+		"span_events":     "span-a:1",
+		"span_accounting": "span-a:1",
 	} {
 		res, err := c.Query(context.Background(), "SELECT host, count() FROM "+table+" GROUP BY host ORDER BY host")
 		if err != nil {
