@@ -75,7 +75,9 @@ func startRecordCmd(t testing.TB, cmd *exec.Cmd) *recording {
 func (r *recording) waitEpochs(t testing.TB, n int) []int64 {
 	t.Helper()
 	var got []int64
-	timeout := time.After(30 * time.Second)
+	// Generous: the first epoch loads kernel symbols, slow on a machine
+	// shared with other builds and tests.
+	timeout := time.After(90 * time.Second)
 	for len(got) < n {
 		select {
 		case e := <-r.committed:
