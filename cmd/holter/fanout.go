@@ -48,15 +48,19 @@ type hostStream struct {
 	name    string
 	mu      sync.Mutex
 	pending []*store.Result
-	err     error
-	done    bool
+	// lag is the longest time, among the pending partials, from the end
+	// of the agent's interval to its arrival here.
+	lag  time.Duration
+	err  error
+	done bool
 }
 
-func (h *hostStream) take() (parts []*store.Result, err error, done bool) {
+func (h *hostStream) take() (parts []*store.Result, lag time.Duration, err error, done bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	parts, h.pending = h.pending, nil
-	return parts, h.err, h.done
+	lag, h.lag = h.lag, 0
+	return parts, lag, h.err, h.done
 }
 
 func (h *hostStream) finish(err error) {
@@ -67,9 +71,6 @@ func (h *hostStream) finish(err error) {
 
 func traceFanOut(ctx context.Context, hosts []string, token string, plan *tracequery.Plan, req server.TraceRequest,
 	interval time.Duration, out *traceOutput) error {
-	if err := tracequery.CheckMergeable(plan); err != nil {
-		return err
-	}
 	merger := tracequery.NewMerger(plan)
 	defer merger.Close()
 	req.Partials = true
@@ -105,9 +106,11 @@ func traceFanOut(ctx context.Context, hosts []string, token string, plan *traceq
 		var parts []*store.Result
 		report := map[string]string{}
 		contributed := 0
+		var lag time.Duration
 		for _, s := range streams {
-			p, err, done := s.take()
+			p, l, err, done := s.take()
 			parts = append(parts, p...)
+			lag = max(lag, l)
 			switch {
 			case len(p) > 0:
 				report[s.name] = "ok"
@@ -121,11 +124,13 @@ func traceFanOut(ctx context.Context, hosts []string, token string, plan *traceq
 			}
 		}
 		if contributed > 0 || !final {
+			began := time.Now()
 			res, err := merger.Merge(context.WithoutCancel(ctx), parts)
 			if err != nil {
 				return err
 			}
 			out.hosts = report
+			out.fanout = &fanoutTimes{ArrivalLagMs: lag.Seconds() * 1000, MergeMs: time.Since(began).Seconds() * 1000}
 			if err := out.write(start, end, res, nil, plan.HistCols); err != nil {
 				return err
 			}
@@ -134,7 +139,7 @@ func traceFanOut(ctx context.Context, hosts []string, token string, plan *traceq
 		if final {
 			var failed []string
 			for _, s := range streams {
-				if _, err, _ := s.take(); err != nil {
+				if _, _, err, _ := s.take(); err != nil {
 					failed = append(failed, s.name+": "+err.Error())
 				}
 			}
@@ -155,6 +160,9 @@ func streamPartials(ctx context.Context, c *client, req server.TraceRequest, s *
 		if line.Result != nil {
 			s.mu.Lock()
 			s.pending = append(s.pending, line.Result)
+			if line.End != nil {
+				s.lag = max(s.lag, time.Since(*line.End))
+			}
 			s.mu.Unlock()
 		}
 		return nil
@@ -163,6 +171,14 @@ func streamPartials(ctx context.Context, c *client, req server.TraceRequest, s *
 		return fmt.Errorf("stream ended early")
 	}
 	return err
+}
+
+// fanoutTimes is what an interval across hosts cost the coordinator: the
+// longest wait, among the partials merged, from an agent's interval end
+// to the partial's arrival, and the merge with the user-space part.
+type fanoutTimes struct {
+	ArrivalLagMs float64 `json:"arrival_lag_ms"`
+	MergeMs      float64 `json:"merge_ms"`
 }
 
 // hostsLine is the per-interval report of which hosts contributed.

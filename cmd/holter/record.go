@@ -202,7 +202,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer os.Remove(filepath.Join(*data, agentFile))
 		logf("UI and API on http://%s", srv.Addr())
 	}
-	tr, err := startTracing(st, tf, logf)
+	tr, err := startTracing(st, tf, cfg.Host, logf)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 func runTracePath(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("trace-path", stderr)
 	af := addAgentFlags(fs)
+	sf := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print the path as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -21,12 +22,12 @@ func runTracePath(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usagef("give one trace id (32 hex digits), e.g. holter trace-path 4bf92f3577b34da6a3ce929d0e0e4736")
 	}
-	src, err := openSource(af)
+	q, closer, err := spanSource(af, sf)
 	if err != nil {
 		return err
 	}
-	defer src.closer()
-	p, err := requests.BuildPath(context.Background(), src.q, fs.Arg(0))
+	defer closer()
+	p, err := requests.BuildPath(context.Background(), q, fs.Arg(0))
 	if errors.Is(err, requests.ErrBadTraceID) {
 		return usagef("%v", err)
 	}
@@ -45,6 +46,7 @@ func runTracePath(args []string, stdout, stderr io.Writer) error {
 func runLatencyGraph(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("latency-graph", stderr)
 	af := addAgentFlags(fs)
+	sf := addSourceFlags(fs)
 	service := fs.String("service", "", "service the workload enters (required)")
 	operation := fs.String("operation", "", "operation (span name) it enters by (required)")
 	client := fs.String("client", "", "only requests of this client")
@@ -57,16 +59,16 @@ func runLatencyGraph(args []string, stdout, stderr io.Writer) error {
 	if *service == "" || *operation == "" {
 		return usagef("give the workload: --service NAME --operation NAME")
 	}
-	src, err := openSource(af)
+	q, closer, err := spanSource(af, sf)
 	if err != nil {
 		return err
 	}
-	defer src.closer()
+	defer closer()
 	w := requests.Workload{Service: *service, Operation: *operation, Client: *client}
 	if *since > 0 {
 		w.FromNs = time.Now().Add(-*since).UnixNano()
 	}
-	g, err := requests.BuildGraph(context.Background(), src.q, w)
+	g, err := requests.BuildGraph(context.Background(), q, w)
 	if err != nil {
 		return err
 	}
@@ -84,4 +86,22 @@ func runLatencyGraph(args []string, stdout, stderr io.Writer) error {
 		g.WriteText(stdout)
 	}
 	return nil
+}
+
+// spanSource is where trace-path and latency-graph read spans: the fleet's
+// ClickHouse with --source (a trace's spans from every host), else the
+// recorder or its store.
+func spanSource(af agentFlags, sf sourceFlags) (requests.Querier, func(), error) {
+	ch, ok, err := sf.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	if ok {
+		return requests.Fleet(ch), func() {}, nil
+	}
+	src, err := openSource(af)
+	if err != nil {
+		return nil, nil, err
+	}
+	return src.q, src.closer, nil
 }

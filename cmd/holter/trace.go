@@ -267,8 +267,10 @@ func isTerminal(w io.Writer) bool {
 type traceOutput struct {
 	w         io.Writer
 	json, tty bool
-	// hosts, across hosts, says per host whether it contributed.
-	hosts map[string]string
+	// hosts, across hosts, says per host whether it contributed, and
+	// fanout what the interval cost.
+	hosts  map[string]string
+	fanout *fanoutTimes
 }
 
 func (o *traceOutput) write(start, end time.Time, res *store.Result, counters map[string]uint64, hist map[string]bool) error {
@@ -284,6 +286,9 @@ func (o *traceOutput) write(start, end time.Time, res *store.Result, counters ma
 		line := map[string]any{"start": start.UTC(), "end": end.UTC(), "rows": rows, "counters": counters}
 		if o.hosts != nil {
 			line["hosts"] = o.hosts
+		}
+		if o.fanout != nil {
+			line["fanout"] = o.fanout
 		}
 		return json.NewEncoder(o.w).Encode(line)
 	}

@@ -44,7 +44,9 @@ type tracing struct {
 	wg       sync.WaitGroup
 }
 
-func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*tracing, error) {
+// startTracing starts receiving spans, tagged with host (the recorder's
+// --host), and accounting them.
+func startTracing(st *store.Store, f tracingFlags, host string, logf func(string, ...any)) (*tracing, error) {
 	retain, err := parseAge(*f.retainSpans)
 	if err != nil {
 		return nil, usagef("--retain-spans: %v", err)
@@ -53,7 +55,7 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 		return nil, usagef("--span-period must be positive")
 	}
 	opts := otlp.Options{GRPCAddr: *f.grpcAddr, HTTPAddr: *f.httpAddr, DisableGRPC: *f.grpcAddr == "off",
-		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: *f.maxMessage, Host: hostname(), Write: st.WriteSpans, Logf: logf}
+		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: *f.maxMessage, Host: host, Write: st.WriteSpans, Logf: logf}
 	if opts.DisableGRPC && opts.DisableHTTP {
 		return &tracing{cancel: func() {}}, nil
 	}

@@ -18,6 +18,16 @@
 // are ReplacingMergeTrees NAME_rows keyed like the store, versioned by
 // epoch, read through a view NAME that selects FINAL.
 //
+// Spans arrive between epochs, so they ship by another cursor: every
+// commit of spans or span accounting takes the next span commit sequence
+// number under the store's writer lock (store.SpanCommitSeq), so the
+// committed rows are always a prefix of the sequence; after each epoch,
+// Committed spools the rows of the commits after the last one spooled
+// (Table.Seq) and records the number in the spool's state with them. Span
+// links, events and accounting get the host's name as a host column
+// (Table.AddHost); span tables are ordered by trace id, which is how a
+// causal path reads them (requests.Fleet).
+//
 // The ClickHouse schema is derived from the store's: holter creates the
 // database and tables and adds the columns a newer store has. Only SQL the
 // Debian-packaged 18.16 server and current servers both accept is used.

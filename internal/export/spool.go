@@ -26,12 +26,17 @@ type spool struct {
 	dir   string
 	limit int64
 
-	mu      sync.Mutex
-	files   []*spoolFile
-	bytes   int64
-	next    uint64
-	state   spoolState
-	changed chan struct{}
+	mu    sync.Mutex
+	files []*spoolFile
+	// reopened: the spool was left by an earlier process, which may have
+	// written (and shipped) the batches of its last add without saving
+	// the state that says so; the first add after reopening marks its
+	// batches as maybe shipped.
+	reopened bool
+	bytes    int64
+	next     uint64
+	state    spoolState
+	changed  chan struct{}
 }
 
 type spoolFile struct {
@@ -42,7 +47,10 @@ type spoolFile struct {
 }
 
 type spoolState struct {
-	LastEpoch      int64  `json:"last_epoch"`
+	LastEpoch int64 `json:"last_epoch"`
+	// LastSpanSeq is the last span commit sequence number spooled
+	// (store.SpanCommitSeq).
+	LastSpanSeq    int64  `json:"last_span_seq"`
 	DroppedBatches uint64 `json:"dropped_batches"`
 	DroppedRows    uint64 `json:"dropped_rows"`
 }
@@ -52,8 +60,11 @@ type spoolState struct {
 type batchHeader struct {
 	ID    string `json:"id"`
 	Table string `json:"table"`
-	Epoch int64  `json:"epoch"`
-	Rows  int    `json:"rows"`
+	// Epoch is the epoch, or for span batches (Spans) the last span
+	// commit sequence number, the batch is of.
+	Epoch int64 `json:"epoch"`
+	Spans bool  `json:"spans,omitempty"`
+	Rows  int   `json:"rows"`
 }
 
 // batch is one INSERT: rows of one table from one epoch.
@@ -73,6 +84,7 @@ func openSpool(dir string, limit int64) (*spool, error) {
 		if err := json.Unmarshal(b, &s.state); err != nil {
 			return nil, fmt.Errorf("spool: %s: %w", stateFile, err)
 		}
+		s.reopened = true
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
@@ -107,6 +119,9 @@ func openSpool(dir string, limit int64) (*spool, error) {
 		}
 	}
 	sort.Slice(s.files, func(i, j int) bool { return s.files[i].name < s.files[j].name })
+	if len(s.files) > 0 {
+		s.reopened = true
+	}
 	return s, nil
 }
 
@@ -136,12 +151,15 @@ func readHeader(path string) (batchHeader, error) {
 	return h, nil
 }
 
-// add writes an epoch's batches durably, then records the epoch as
-// spooled. Over the size limit, the oldest batches are dropped and counted:
-// the newest data is what a diagnosis most likely needs.
-func (s *spool) add(epoch int64, batches []*batch) error {
+// add writes batches durably, then records in the state what they
+// covered (done: the epoch or span sequence spooled). Over the size limit,
+// the oldest batches are dropped and counted: the newest data is what a
+// diagnosis most likely needs.
+func (s *spool) add(batches []*batch, done func(*spoolState)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	maybe := s.reopened
+	s.reopened = false
 	for _, b := range batches {
 		name := fmt.Sprintf("%020d.batch", s.next)
 		s.next++
@@ -150,7 +168,7 @@ func (s *spool) add(epoch int64, batches []*batch) error {
 		if err := writeDurably(filepath.Join(s.dir, name), content); err != nil {
 			return fmt.Errorf("spool: %w", err)
 		}
-		s.files = append(s.files, &spoolFile{name: name, size: int64(len(content)), rows: b.Rows})
+		s.files = append(s.files, &spoolFile{name: name, size: int64(len(content)), rows: b.Rows, maybe: maybe})
 		s.bytes += int64(len(content))
 	}
 	for s.limit > 0 && s.bytes > s.limit && len(s.files) > 0 {
@@ -163,7 +181,7 @@ func (s *spool) add(epoch int64, batches []*batch) error {
 		s.state.DroppedBatches++
 		s.state.DroppedRows += uint64(f.rows)
 	}
-	s.state.LastEpoch = epoch
+	done(&s.state)
 	if err := s.saveState(); err != nil {
 		return err
 	}
@@ -237,6 +255,12 @@ func (s *spool) lastEpoch() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state.LastEpoch
+}
+
+func (s *spool) lastSpanSeq() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.LastSpanSeq
 }
 
 func writeDurably(path string, content []byte) error {

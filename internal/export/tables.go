@@ -28,8 +28,17 @@ type Table struct {
 	// executables never change once written).
 	Once bool
 	// Rows is the store query for the rows one epoch added or changed:
-	// $1 host, $2 epoch, $3 the epoch's start_ns, $4 its end_ns.
+	// $1 host, $2 epoch, $3 the epoch's start_ns, $4 its end_ns; for Seq
+	// tables, the rows span commits added: $1 host, commit_seq > $2 and
+	// <= $3.
 	Rows string
+	// Seq tables are shipped by span commit sequence (store.SpanTables),
+	// not by epoch: spans arrive and are accounted between epochs.
+	Seq bool
+	// AddHost adds a host column, the exporter's host, to a table that
+	// has none in the store (span links, events and accounting: their
+	// spans are the host's).
+	AddHost bool
 	// Chunk splits an epoch's rows into batches of at most this many
 	// rows; 0 means DefaultChunk.
 	Chunk int
@@ -52,6 +61,10 @@ func (t *Table) physical() string {
 // ran, and a run is added when it ends; rows re-shipped within this window
 // are replaced, not duplicated.
 const recentNs = "3600000000000"
+
+func bySeq(table string) string {
+	return `SELECT * FROM ` + table + ` WHERE commit_seq > $2 AND commit_seq <= $3 ORDER BY commit_seq`
+}
 
 // DefaultTables are the store's tables holter ships.
 func DefaultTables() []Table {
@@ -78,6 +91,12 @@ func DefaultTables() []Table {
 			Rows: `SELECT * FROM findings WHERE host = $1 AND end_ns >= $3 - ` + recentNs},
 		{Name: "runs", Key: []string{"id"}, Latest: true,
 			Rows: `SELECT * FROM runs WHERE host = $1 AND end_ns >= $3 - ` + recentNs},
+		// Spans are looked up by trace: a causal path reads one trace's
+		// spans, links, and accounting from every host.
+		{Name: "spans", Key: []string{"trace_id", "span_id"}, Seq: true, Rows: bySeq("spans")},
+		{Name: "span_links", Key: []string{"trace_id", "span_id"}, Seq: true, AddHost: true, Rows: bySeq("span_links")},
+		{Name: "span_events", Key: []string{"trace_id", "span_id", "ts_ns"}, Seq: true, AddHost: true, Rows: bySeq("span_events")},
+		{Name: "span_accounting", Key: []string{"trace_id", "span_id"}, Seq: true, AddHost: true, Rows: bySeq("span_accounting")},
 	}
 }
 

@@ -13,6 +13,10 @@
 //     batches it was coalesced into through links, whose cost is billed to
 //     each linked request in proportion to the link weights (§3.2.1;
 //     weight from the link attribute holter.weight, default 1).
+//   - Both read spans the same way from the host's store or, wrapped in
+//     Fleet, from the fleet's ClickHouse, where the spans of one request
+//     may have been shipped by several hosts (internal/export): plain row
+//     queries both backends answer, joined in Go (loadSpans).
 //   - BuildGraph aggregates a workload's latency graph (Figure 9): nodes
 //     are the start and end of each service's operations, edges the
 //     latency between them as a distribution; WriteDOT draws it.

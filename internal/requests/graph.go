@@ -245,14 +245,11 @@ func entrySpans(spans []Span) []*Node {
 }
 
 // BuildGraph aggregates the latency graph of a workload over raw spans and
-// the rollups of pruned ones.
+// the rollups of pruned ones (on a Fleet source, over raw spans only: the
+// rollups stay on each host).
 func BuildGraph(ctx context.Context, q Querier, w Workload) (*Graph, error) {
 	if w.Service == "" || w.Operation == "" {
 		return nil, fmt.Errorf("latency graph: a workload is a service and an operation")
-	}
-	cond := fmt.Sprintf("service = %s AND operation = %s", sqlString(w.Service), sqlString(w.Operation))
-	if w.Client != "" {
-		cond += " AND client = " + sqlString(w.Client)
 	}
 	timeCond := ""
 	if w.FromNs != 0 {
@@ -261,7 +258,10 @@ func BuildGraph(ctx context.Context, q Querier, w Workload) (*Graph, error) {
 	if w.ToNs != 0 {
 		timeCond += fmt.Sprintf(" AND start_ns < %d", w.ToNs)
 	}
-	spans, err := loadSpans(ctx, q, `trace_id IN (SELECT trace_id FROM span_costs WHERE `+cond+timeCond+`)`)
+	// The client is a property of the whole trace: the walk below filters
+	// by it, after loadSpans has found it.
+	spans, err := loadSpans(ctx, q, fmt.Sprintf(`trace_id IN (SELECT trace_id FROM spans WHERE service = %s AND name = %s%s)`,
+		sqlString(w.Service), sqlString(w.Operation), timeCond))
 	if err != nil {
 		return nil, fmt.Errorf("latency graph: %w", err)
 	}
@@ -280,7 +280,14 @@ func BuildGraph(ctx context.Context, q Querier, w Workload) (*Graph, error) {
 			})
 		}
 	}
+	if _, ok := q.(fleet); ok {
+		return g.graph(w, 0), nil
+	}
 	// Rollups of pruned spans: whole periods that overlap the range.
+	cond := fmt.Sprintf("service = %s AND operation = %s", sqlString(w.Service), sqlString(w.Operation))
+	if w.Client != "" {
+		cond += " AND client = " + sqlString(w.Client)
+	}
 	rcond := strings.ReplaceAll(timeCond, "start_ns", "bucket_ns")
 	res, err := q.Query(ctx, `SELECT from_node, to_node, remote, async, n, sum_ns, min_ns, max_ns, hist_bucket, hist_count, paths, bucket_ns, client
 		FROM latency_edge_rollups WHERE `+cond+rcond)

@@ -83,7 +83,7 @@ func BuildPath(ctx context.Context, q Querier, traceID string) (*Path, error) {
 	if len(spans) == 0 {
 		return nil, fmt.Errorf("trace %s: %w", traceID, ErrNoTrace)
 	}
-	p := &Path{TraceID: traceID, Spans: len(spans), Queries: 1}
+	p := &Path{TraceID: traceID, Spans: len(spans), Queries: 2}
 	p.Roots = buildTree(spans)
 	lo, hi := spans[0].StartNs, spans[0].EndNs
 	for _, s := range spans {
@@ -97,27 +97,34 @@ func BuildPath(ctx context.Context, q Querier, traceID string) (*Path, error) {
 	// out of it (this trace is a batch).
 	// The shares are over all the links of the batch span, so the totals
 	// are taken over every link of the batches this trace touches.
+	// The shares are summed here rather than with window functions, so
+	// the same query serves ClickHouse 18.16.
 	id := sqlString(traceID)
-	links, err := q.Query(ctx, `SELECT l.trace_id, l.span_id, l.linked_span_id, l.weight,
-		sum(l.weight) OVER (PARTITION BY l.trace_id, l.span_id), count(*) OVER (PARTITION BY l.trace_id, l.span_id),
-		l.linked_trace_id
-		FROM span_links l WHERE (l.trace_id, l.span_id) IN (
+	links, err := q.Query(ctx, `SELECT trace_id, span_id, linked_span_id, weight, linked_trace_id
+		FROM span_links WHERE (trace_id, span_id) IN (
 			SELECT trace_id, span_id FROM span_links WHERE linked_trace_id = `+id+` OR trace_id = `+id+`)
-		ORDER BY l.trace_id, l.span_id, l.linked_trace_id`)
+		ORDER BY trace_id, span_id, linked_trace_id`)
 	p.Queries++
 	if err != nil {
 		return nil, fmt.Errorf("trace path: %w", err)
+	}
+	type linkKey struct{ trace, span string }
+	weights, counts := map[linkKey]float64{}, map[linkKey]int{}
+	for _, r := range links.Rows {
+		k := linkKey{str(r[0]), str(r[1])}
+		weights[k] += f64(r[3])
+		counts[k]++
 	}
 	batches := map[string][]Span{}
 	for _, r := range links.Rows {
 		batchTrace, batchSpan, via := str(r[0]), str(r[1]), str(r[2])
 		if batchTrace == traceID {
-			if linked := str(r[6]); linked != traceID {
+			if linked := str(r[4]); linked != traceID {
 				p.Coalesces = append(p.Coalesces, linked)
 			}
 			continue
 		}
-		if str(r[6]) != traceID {
+		if str(r[4]) != traceID {
 			continue
 		}
 		bs, ok := batches[batchTrace]
@@ -125,18 +132,19 @@ func BuildPath(ctx context.Context, q Querier, traceID string) (*Path, error) {
 			if bs, err = loadSpans(ctx, q, "trace_id = "+sqlString(batchTrace)); err != nil {
 				return nil, fmt.Errorf("trace path: %w", err)
 			}
-			p.Queries++
+			p.Queries += 2
 			batches[batchTrace] = bs
 		}
 		root := subtree(bs, batchSpan)
 		if root == nil {
 			continue
 		}
+		k := linkKey{batchTrace, batchSpan}
 		share := 0.0
-		if total := f64(r[4]); total > 0 {
+		if total := weights[k]; total > 0 {
 			share = f64(r[3]) / total
 		}
-		c := Coalesced{Via: via, Share: share, Requests: int(i64(r[5])), Batch: root}
+		c := Coalesced{Via: via, Share: share, Requests: counts[k], Batch: root}
 		walk(root, func(n *Node) {
 			if n.Kernel != nil {
 				c.Billed.Accounted = n.Kernel.Accounted || c.Billed.Accounted

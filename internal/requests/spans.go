@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,13 @@ import (
 
 // Querier answers read-only SQL; *store.Store is one.
 type Querier = store.Querier
+
+// Fleet marks q as the fleet's ClickHouse (a *clickhouse.Client), whose
+// span tables hold the raw spans every host shipped, tagged with the host
+// (internal/export), but not the rollups of pruned spans.
+func Fleet(q Querier) Querier { return fleet{q} }
+
+type fleet struct{ Querier }
 
 // Span is a span with the kernel's account of it.
 type Span struct {
@@ -50,29 +58,68 @@ type Cost struct {
 	BlockedSites string `json:"blocked_sites,omitempty"`
 }
 
-const spanColumns = `host, trace_id, span_id, parent_span_id, service, operation, kind, start_ns, end_ns, error,
-	pid, tid, client, accounted, cpu_ns, self_cpu_ns, blocked_ns, self_blocked_ns, runnable_ns, io_bytes, io_ns,
-	io_count, blocked_sites`
-
-// loadSpans reads spans (with their accounting) from span_costs.
-func loadSpans(ctx context.Context, q Querier, where string) ([]Span, error) {
-	res, err := q.Query(ctx, `SELECT `+spanColumns+` FROM span_costs WHERE `+where+` ORDER BY start_ns, span_id`)
+// loadSpans reads the spans of the traces cond selects (a condition on
+// trace_id), with their accounting and their request's client. The SQL is
+// plain enough for both backends — the host's store (DuckDB) and the
+// fleet's ClickHouse, where a trace's spans may come from several hosts —
+// and the rows are joined here, so paths and graphs are built by the same
+// code from either: the client is the enduser.id (or client.id) some span
+// of the trace carries, else the service of its root span (as the store's
+// trace_clients view).
+func loadSpans(ctx context.Context, q Querier, cond string) ([]Span, error) {
+	res, err := q.Query(ctx, `SELECT host, trace_id, span_id, parent_span_id, service, name, kind, start_ns, end_ns,
+		status_code, pid, tid, client FROM spans WHERE `+cond+` ORDER BY start_ns, span_id`)
 	if err != nil {
 		return nil, err
 	}
+	if len(res.Rows) == 0 {
+		return nil, nil
+	}
+	acc, err := q.Query(ctx, `SELECT trace_id, span_id, accounted, cpu_ns, self_cpu_ns, blocked_ns, self_blocked_ns,
+		runnable_ns, io_bytes, io_ns, io_count, blocked_sites FROM span_accounting WHERE `+cond)
+	if err != nil {
+		return nil, err
+	}
+	costs := make(map[[2]string]*Cost, len(acc.Rows))
+	for _, r := range acc.Rows {
+		costs[[2]string{str(r[0]), str(r[1])}] = &Cost{Accounted: truth(r[2]), CPUNs: f64(r[3]), SelfCPUNs: f64(r[4]),
+			BlockedNs: f64(r[5]), SelfBlockedNs: f64(r[6]), RunnableNs: f64(r[7]), IOBytes: f64(r[8]), IONs: f64(r[9]),
+			IOCount: f64(r[10]), BlockedSites: str(r[11])}
+	}
+	type client struct{ tagged, root, first string }
+	clients := map[string]*client{}
 	out := make([]Span, 0, len(res.Rows))
 	for _, r := range res.Rows {
 		s := Span{Host: str(r[0]), TraceID: str(r[1]), SpanID: str(r[2]), ParentID: str(r[3]), Service: str(r[4]),
-			Operation: str(r[5]), Kind: str(r[6]), StartNs: i64(r[7]), EndNs: i64(r[8]), Error: r[9] == true,
-			Pid: uint32(i64(r[10])), Tid: uint32(i64(r[11])), Client: str(r[12])}
-		if r[13] != nil {
-			s.Kernel = &Cost{Accounted: r[13] == true, CPUNs: f64(r[14]), SelfCPUNs: f64(r[15]), BlockedNs: f64(r[16]),
-				SelfBlockedNs: f64(r[17]), RunnableNs: f64(r[18]), IOBytes: f64(r[19]), IONs: f64(r[20]),
-				IOCount: f64(r[21]), BlockedSites: str(r[22])}
+			Operation: str(r[5]), Kind: str(r[6]), StartNs: i64(r[7]), EndNs: i64(r[8]), Error: str(r[9]) == "error",
+			Pid: uint32(i64(r[10])), Tid: uint32(i64(r[11])), Kernel: costs[[2]string{str(r[1]), str(r[2])}]}
+		c := clients[s.TraceID]
+		if c == nil {
+			// Rows come by start time: the first is the earliest.
+			c = &client{first: s.Service}
+			clients[s.TraceID] = c
+		}
+		if tag := str(r[12]); tag > c.tagged {
+			c.tagged = tag
+		}
+		if s.ParentID == "" && c.root == "" {
+			c.root = s.Service
 		}
 		out = append(out, s)
 	}
+	for i := range out {
+		c := clients[out[i].TraceID]
+		out[i].Client = cmp.Or(c.tagged, c.root, c.first)
+	}
 	return out, nil
+}
+
+// truth reads a boolean as DuckDB (bool) or ClickHouse (UInt8) gives it.
+func truth(v any) bool {
+	if b, ok := v.(bool); ok {
+		return b
+	}
+	return i64(v) != 0
 }
 
 // ErrBadTraceID is returned for a trace id that is not 32 hex digits.

@@ -122,6 +122,13 @@ var requestsDDL = []string{
 		max_ns BIGINT NOT NULL,
 		hist_bucket INTEGER[] NOT NULL,
 		hist_count BIGINT[] NOT NULL)`,
+	// Commit sequence: every commit of spans or span accounting takes the
+	// next number (under the writer's lock, so what is committed is always
+	// a prefix of the sequence); the exporter ships by it.
+	`ALTER TABLE spans ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
+	`ALTER TABLE span_links ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
+	`ALTER TABLE span_events ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
+	`ALTER TABLE span_accounting ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
 }
 
 // HistPerOctave is the resolution of the latency histograms that rollups
@@ -416,30 +423,61 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) e
 	return nil
 }
 
+// nextSpanSeq takes the next commit sequence number and records it in
+// meta, in the transaction on conn (the writer's lock is held): a number
+// is never reused, even after the rows that had it are pruned.
+func (s *Store) nextSpanSeq(ctx context.Context, conn *sql.Conn) (int64, error) {
+	if s.spanSeq == 0 {
+		var v sql.NullInt64
+		err := conn.QueryRowContext(ctx, `SELECT greatest(
+			coalesce((SELECT max(TRY_CAST(value AS BIGINT)) FROM meta WHERE key = 'span_commit_seq'), 0),
+			coalesce((SELECT max(commit_seq) FROM spans), 0), coalesce((SELECT max(commit_seq) FROM span_accounting), 0))`).Scan(&v)
+		if err != nil {
+			return 0, fmt.Errorf("commit sequence: %w", err)
+		}
+		s.spanSeq = v.Int64
+	}
+	seq := s.spanSeq + 1
+	if _, err := conn.ExecContext(ctx, `INSERT OR REPLACE INTO meta VALUES ('span_commit_seq', ?)`, fmt.Sprint(seq)); err != nil {
+		return 0, fmt.Errorf("commit sequence: %w", err)
+	}
+	s.spanSeq = seq
+	return seq, nil
+}
+
+// SpanCommitSeq is the last span commit sequence number committed: every
+// row of SpanTables with commit_seq up to it is in the store (unless
+// pruned since).
+const SpanCommitSeq = `SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) FROM meta WHERE key = 'span_commit_seq'`
+
 // WriteSpans commits a batch of received spans in one transaction: when it
 // returns nil they are durable, and only then may the sender be told so.
 func (s *Store) WriteSpans(ctx context.Context, b *SpanBatch) error {
 	return s.inTx(ctx, "write spans", func(conn *sql.Conn) error {
+		seq, err := s.nextSpanSeq(ctx, conn)
+		if err != nil {
+			return err
+		}
 		return withAppender(conn, func(dconn driver.Conn) error {
 			err := appendRows(dconn, "spans", len(b.Spans), func(i int) []driver.Value {
 				sp := &b.Spans[i]
 				return []driver.Value{sp.Host, sp.TraceID, sp.SpanID, nullString(sp.ParentSpanID), sp.Service, sp.Name,
 					sp.Kind, sp.StartNs, sp.EndNs, sp.StatusCode, sp.StatusMessage, nullU32(sp.Pid), nullU32(sp.Tid),
-					nullString(sp.Client), sp.Scope, sp.Resource, sp.Attributes, sp.ReceivedNs}
+					nullString(sp.Client), sp.Scope, sp.Resource, sp.Attributes, sp.ReceivedNs, seq}
 			})
 			if err != nil {
 				return err
 			}
 			err = appendRows(dconn, "span_links", len(b.Links), func(i int) []driver.Value {
 				l := &b.Links[i]
-				return []driver.Value{l.TraceID, l.SpanID, l.LinkedTraceID, l.LinkedSpanID, l.Weight, l.Attributes}
+				return []driver.Value{l.TraceID, l.SpanID, l.LinkedTraceID, l.LinkedSpanID, l.Weight, l.Attributes, seq}
 			})
 			if err != nil {
 				return err
 			}
 			return appendRows(dconn, "span_events", len(b.Events), func(i int) []driver.Value {
 				e := &b.Events[i]
-				return []driver.Value{e.TraceID, e.SpanID, e.TsNs, e.Name, e.Attributes}
+				return []driver.Value{e.TraceID, e.SpanID, e.TsNs, e.Name, e.Attributes, seq}
 			})
 		})
 	})
@@ -471,11 +509,15 @@ func (s *Store) WriteSpanAccounting(ctx context.Context, as []SpanAccounting) er
 		return nil
 	}
 	return s.inTx(ctx, "write span accounting", func(conn *sql.Conn) error {
+		seq, err := s.nextSpanSeq(ctx, conn)
+		if err != nil {
+			return err
+		}
 		return withAppender(conn, func(dconn driver.Conn) error {
 			return appendRows(dconn, "span_accounting", len(as), func(i int) []driver.Value {
 				a := &as[i]
 				return []driver.Value{a.TraceID, a.SpanID, a.Accounted, a.CPUNs, a.SelfCPUNs, a.BlockedNs, a.SelfBlockedNs,
-					a.RunnableNs, a.SelfRunnableNs, a.IOBytes, a.IONs, a.IOCount, a.BlockedSites}
+					a.RunnableNs, a.SelfRunnableNs, a.IOBytes, a.IONs, a.IOCount, a.BlockedSites, seq}
 			})
 		})
 	})

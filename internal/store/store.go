@@ -37,6 +37,9 @@ type Store struct {
 	knownExes   map[string]struct{}
 	// open holds the buckets being filled, one per timescale (rollup.go).
 	open []*openBucket
+	// spanSeq is the last span commit sequence number (requests.go); 0
+	// until the first span commit reads it.
+	spanSeq int64
 }
 
 // Open opens (creating if needed and not read-only) the store in dir.

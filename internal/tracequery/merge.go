@@ -2,10 +2,12 @@ package tracequery
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/holter-dev/holter/internal/store"
@@ -17,19 +19,97 @@ import (
 // events of a streaming plan; a Merger combines one interval's partials
 // from all hosts and runs the user-space SQL once.
 
-// ErrNotMergeable is returned for a plan whose partial aggregates cannot
-// be combined across hosts from what the agents return.
-var ErrNotMergeable = errors.New("not mergeable across hosts")
+// Partial aggregates merge exactly: a fleet's answer is the one a single
+// host would give over the union of the hosts' events. count, sum, min and
+// max merge as themselves, hist and lhist by adding bucket counts, sample
+// by concatenation. The others travel as their state, not their value
+// (stateOf), as text so that no JSON number loses precision:
+//
+//	avg             "SUM COUNT"; the merged average is Σsum/Σcount
+//	quantile, pNN   the log-linear buckets "B:COUNT,…"; the quantile is read
+//	                from the merged buckets, as on one host
+//	count_distinct  the 4096-bit linear-counting bitmap in hex; bitmaps
+//	                merge by OR (a value seen on two hosts sets the same
+//	                bit), and the estimate is taken from the merged bitmap:
+//	                the same estimate, with the same error, as one host's
+//	                over the union
 
-// CheckMergeable says whether p can run across hosts.
-func CheckMergeable(p *Plan) error {
-	if p.Mode != ModeAggregate {
+// stateType is the partials' column type of an aggregate with a state.
+const stateType = "VARCHAR"
+
+func hasState(a *Agg) bool {
+	return a.Kind == AggAvg || a.Kind == AggQuantile || a.Kind == AggDistinct
+}
+
+// stateOf is the mergeable state of aggregate i of g.
+func stateOf(a *Agg, g *group, i int) string {
+	switch a.Kind {
+	case AggAvg:
+		return fmt.Sprintf("%d %d", g.sums[i], g.count)
+	case AggQuantile:
+		bs := make([]int64, 0, len(g.hist[i]))
+		for b := range g.hist[i] {
+			bs = append(bs, b)
+		}
+		sort.Slice(bs, func(x, y int) bool { return bs[x] < bs[y] })
+		parts := make([]string, len(bs))
+		for j, b := range bs {
+			parts[j] = fmt.Sprintf("%d:%d", b, g.hist[i][b])
+		}
+		return strings.Join(parts, ",")
+	case AggDistinct:
+		if g.bits[i] == nil {
+			return ""
+		}
+		buf := make([]byte, 8*len(g.bits[i]))
+		for w, x := range g.bits[i] {
+			binary.LittleEndian.PutUint64(buf[8*w:], x)
+		}
+		return hex.EncodeToString(buf)
+	}
+	return ""
+}
+
+// addState merges a state given as text into aggregate i of g.
+func addState(a *Agg, g *group, i int, v any) error {
+	text, _ := v.(string)
+	if text == "" {
 		return nil
 	}
-	for _, a := range p.Aggs {
-		switch a.Kind {
-		case AggAvg, AggQuantile, AggDistinct:
-			return fmt.Errorf("%s: %w (use sum and count, or hist, instead)", a.Col, ErrNotMergeable)
+	switch a.Kind {
+	case AggAvg:
+		var sum int64
+		var n uint64
+		if _, err := fmt.Sscanf(text, "%d %d", &sum, &n); err != nil {
+			return fmt.Errorf("%s: average state %q: %w", a.Col, text, err)
+		}
+		// Each average carries the group's count; it is kept per
+		// aggregate (in mins, which averages do not use) and set as the
+		// group's count when the average is read.
+		g.sums[i] += sum
+		g.mins[i] += int64(n)
+	case AggQuantile:
+		if g.hist[i] == nil {
+			g.hist[i] = map[int64]uint64{}
+		}
+		for _, part := range strings.Split(text, ",") {
+			var b int64
+			var c uint64
+			if _, err := fmt.Sscanf(part, "%d:%d", &b, &c); err != nil {
+				return fmt.Errorf("%s: quantile bucket %q: %w", a.Col, part, err)
+			}
+			g.hist[i][b] += c
+		}
+	case AggDistinct:
+		buf, err := hex.DecodeString(text)
+		if err != nil || len(buf) != distinctBits/8 {
+			return fmt.Errorf("%s: distinct bitmap of %d characters, want %d hex digits", a.Col, len(text), distinctBits/4)
+		}
+		if g.bits[i] == nil {
+			g.bits[i] = make([]uint64, distinctBits/64)
+		}
+		for w := range g.bits[i] {
+			g.bits[i][w] |= binary.LittleEndian.Uint64(buf[8*w:])
 		}
 	}
 	return nil
@@ -66,7 +146,11 @@ func partialColumns(p *Plan) (cols, types []string) {
 		}
 	}
 	for _, a := range p.Aggs {
-		cols, types = append(cols, a.Col), append(types, aggDuckType(a))
+		t := aggDuckType(a)
+		if hasState(a) {
+			t = stateType
+		}
+		cols, types = append(cols, a.Col), append(types, t)
 	}
 	return cols, types
 }
@@ -92,13 +176,25 @@ func (m *Merger) Merge(ctx context.Context, parts []*store.Result) (*store.Resul
 	if p.Mode == ModeStream {
 		return m.s.userPart(ctx, "events", cols, types, rows)
 	}
-	rows = mergeGroups(p, rows, len(cols)-len(p.Aggs))
+	{
+		nkeys := len(cols) - len(p.Aggs)
+		var err error
+		if rows, err = m.mergeGroups(rows, nkeys); err != nil {
+			return nil, fmt.Errorf("merge: %w", err)
+		}
+		for i, a := range p.Aggs {
+			types[nkeys+i] = aggDuckType(a)
+		}
+	}
 	return m.s.userPart(ctx, "partials", cols, types, rows)
 }
 
-// mergeGroups combines rows of the same group key.
-func mergeGroups(p *Plan, rows [][]any, nkeys int) [][]any {
+// mergeGroups combines rows of the same group key, and turns the states
+// of the aggregates that have one into their values.
+func (m *Merger) mergeGroups(rows [][]any, nkeys int) ([][]any, error) {
+	p := m.s.plan
 	byKey := map[string][]any{}
+	states := map[string]*group{}
 	var order []string
 	for _, r := range rows {
 		kb, _ := json.Marshal(r[:nkeys])
@@ -106,11 +202,20 @@ func mergeGroups(p *Plan, rows [][]any, nkeys int) [][]any {
 		g, ok := byKey[k]
 		if !ok {
 			byKey[k] = r
+			states[k] = newGroup(len(p.Aggs))
 			order = append(order, k)
-			continue
 		}
 		for i, a := range p.Aggs {
 			j := nkeys + i
+			if hasState(a) {
+				if err := addState(a, states[k], i, r[j]); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if !ok {
+				continue
+			}
 			switch a.Kind {
 			case AggCount, AggSum:
 				g[j] = asI(g[j]) + asI(r[j])
@@ -129,9 +234,19 @@ func mergeGroups(p *Plan, rows [][]any, nkeys int) [][]any {
 	}
 	out := make([][]any, 0, len(order))
 	for _, k := range order {
-		out = append(out, byKey[k])
+		r := byKey[k]
+		for i, a := range p.Aggs {
+			if hasState(a) {
+				g := states[k]
+				if a.Kind == AggAvg {
+					g.count = uint64(g.mins[i])
+				}
+				r[nkeys+i] = m.s.finish(a, g, i, 0)
+			}
+		}
+		out = append(out, r)
 	}
-	return out
+	return out, nil
 }
 
 func asI(v any) int64 {

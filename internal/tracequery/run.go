@@ -343,9 +343,8 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 		gk := string(key[:groupLen])
 		g := groups[gk]
 		if g == nil {
-			g = &group{keys: bytes.Clone(key[:groupLen]), sums: make([]int64, len(p.Aggs)), mins: make([]int64, len(p.Aggs)),
-				has: make([]bool, len(p.Aggs)), hist: make([]map[int64]uint64, len(p.Aggs)), bits: make([][]uint64, len(p.Aggs)),
-				samp: make([][]int64, len(p.Aggs))}
+			g = newGroup(len(p.Aggs))
+			g.keys = bytes.Clone(key[:groupLen])
 			groups[gk] = g
 			order = append(order, gk)
 		}
@@ -410,7 +409,7 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 			row = append(row, s.decode(g.keys[k.Off:k.Off+k.Size], k.Type, k.Expr, pid))
 		}
 		for i, a := range p.Aggs {
-			row = append(row, s.finish(a, g, i, pid))
+			row = append(row, s.aggValue(a, g, i, pid))
 		}
 		rows = append(rows, row)
 	}
@@ -418,9 +417,7 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 		// No GROUP BY: one row, as SQL gives for an empty input.
 		row := []any{}
 		for _, a := range p.Aggs {
-			row = append(row, s.finish(a, &group{sums: make([]int64, len(p.Aggs)), mins: make([]int64, len(p.Aggs)),
-				has: make([]bool, len(p.Aggs)), hist: make([]map[int64]uint64, len(p.Aggs)), bits: make([][]uint64, len(p.Aggs)),
-				samp: make([][]int64, len(p.Aggs))}, 0, 0))
+			row = append(row, s.aggValue(a, newGroup(len(p.Aggs)), 0, 0))
 		}
 		rows = append(rows, row)
 	}
@@ -434,7 +431,7 @@ func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
 	}
 	for _, a := range p.Aggs {
 		cols = append(cols, a.Col)
-		types = append(types, aggDuckType(a))
+		types = append(types, s.aggType(a))
 	}
 	return s.userPart(ctx, "partials", cols, types, rows)
 }
@@ -463,6 +460,27 @@ func duckTypeName(decl string) string {
 		return `STRUCT("lo" BIGINT, "hi" BIGINT, "count" BIGINT)[]`
 	}
 	return decl
+}
+
+func newGroup(naggs int) *group {
+	return &group{sums: make([]int64, naggs), mins: make([]int64, naggs), has: make([]bool, naggs),
+		hist: make([]map[int64]uint64, naggs), bits: make([][]uint64, naggs), samp: make([][]int64, naggs)}
+}
+
+// aggValue is an aggregate's value, or in partials mode its mergeable
+// state where the value does not merge (merge.go).
+func (s *Session) aggValue(a *Agg, g *group, i int, pid uint32) any {
+	if s.partials && hasState(a) {
+		return stateOf(a, g, i)
+	}
+	return s.finish(a, g, i, pid)
+}
+
+func (s *Session) aggType(a *Agg) string {
+	if s.partials && hasState(a) {
+		return stateType
+	}
+	return aggDuckType(a)
 }
 
 func duckType(t Type) string {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ func workload(t *testing.T, n, r, m int) (bin string, pid int, run func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitGateLoop(t, cmd.Process.Pid)
 	return bin, cmd.Process.Pid, func() {
 		t.Helper()
 		if err := os.WriteFile(gate, nil, 0o644); err != nil {
@@ -32,6 +34,26 @@ func workload(t *testing.T, n, r, m int) (bin string, pid int, run func()) {
 			t.Fatalf("workload: %v", err)
 		}
 	}
+}
+
+// waitGateLoop waits until the workload sleeps in its gate loop: until
+// then the dynamic loader's own reads (libc's ELF header) belong to it,
+// and a probe attached meanwhile would count them.
+func waitGateLoop(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if err != nil {
+			t.Fatalf("workload %d: %v", pid, err)
+		}
+		// nanosleep (35) or clock_nanosleep (230) on x86-64.
+		if nr, _, _ := strings.Cut(string(b), " "); nr == "35" || nr == "230" {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("workload %d did not reach its gate loop in 10 s", pid)
 }
 
 func start(t *testing.T, q string, opts *Options) *Session {
