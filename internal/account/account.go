@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"github.com/holter-dev/holter/internal/clock"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +41,15 @@ type Options struct {
 	// committed (default 500 ms).
 	FlushEvery time.Duration
 	Logf       func(format string, args ...any)
+	// Comms and Exes name processes to account from their start: a
+	// process is tracked when it execs a program of one of these names
+	// (as /proc/PID/comm shows it, at most 15 bytes) or one of these
+	// executable files, and so are the processes it forks. Ones already
+	// running when New is called are tracked from then.
+	Comms, Exes []string
+	// FollowExes also tracks, from their exec, new processes of every
+	// executable whose processes were tracked through Track (their spans).
+	FollowExes bool
 }
 
 // Stats counts what the accountant recorded since it started.
@@ -50,6 +61,11 @@ type Stats struct {
 	IOLost    uint64 `json:"lost_io_submissions"`
 	Committed uint64 `json:"committed_intervals"`
 	Attached  bool   `json:"attached"`
+	// FromExec counts the processes tracked by the kernel side, at exec
+	// or fork, before any span of theirs arrived.
+	FromExec uint64 `json:"tracked_from_exec"`
+	// Rules is how many program names and executables are matched at exec.
+	Rules int `json:"exec_rules"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -64,6 +80,11 @@ type Accountant struct {
 	mu    sync.Mutex
 	links []link.Link
 	since map[uint32]int64 // pid → wall ns its accounting began
+	// exited: pid → wall ns it exited. It keeps its since, so the spans it
+	// exported last (at exit) are still accounted.
+	exited map[uint32]int64
+	exes   map[accountFileKey]bool // executables matched at exec
+	rules  int
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
@@ -87,7 +108,31 @@ func New(opts Options) (*Accountant, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	a := &Accountant{opts: opts, since: map[uint32]int64{}}
+	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{}}
+	var comms []string
+	for _, c := range opts.Comms {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if len(c) > 15 {
+			return nil, fmt.Errorf("account: program name %q is longer than the 15 bytes the kernel keeps of it (see /proc/PID/comm)", c)
+		}
+		comms = append(comms, c)
+	}
+	var exes []accountFileKey
+	for _, path := range opts.Exes {
+		if path = strings.TrimSpace(path); path == "" {
+			continue
+		}
+		k, err := fileKey(path)
+		if err != nil {
+			return nil, fmt.Errorf("account: executable %w", err)
+		}
+		exes = append(exes, k)
+	}
+	if len(comms)+len(exes) > maxRules {
+		return nil, fmt.Errorf("account: %d program names and executables to match, at most %d", len(comms)+len(exes), maxRules)
+	}
 	if err := loadAccountObjects(&a.objs, nil); err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			return nil, fmt.Errorf("load accounting programs: %w (needs root, or CAP_BPF and CAP_PERFMON): %v", ErrPermission, err)
@@ -104,7 +149,92 @@ func New(opts Options) (*Accountant, error) {
 		opts.Logf("kernel symbols unavailable, blocking sites keep their addresses: %v", err)
 	}
 	a.watermark = time.Now().UnixNano()
+	for _, c := range comms {
+		var key [16]byte
+		copy(key[:], c)
+		if err := a.objs.MatchComm.Put(key, uint32(1)); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("account: match program name %q: %w", c, err)
+		}
+		a.rules++
+	}
+	for _, k := range exes {
+		if err := a.addExe(k); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	if a.rules > 0 {
+		// Attached from now on: a matching exec can come at any time.
+		if err := a.attach(); err != nil {
+			a.Close()
+			return nil, err
+		}
+		if err := a.Track(running(comms, exes)...); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+// maxRules is the size of the BPF maps of program names and executables.
+const maxRules = 64
+
+// fileKey names a file as the kernel does: its super block's device
+// (MKDEV encoding) and inode number.
+func fileKey(path string) (accountFileKey, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return accountFileKey{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return accountFileKey{}, fmt.Errorf("%s: not a regular file", path)
+	}
+	return accountFileKey{Ino: st.Ino, Dev: unix.Major(st.Dev)<<20 | unix.Minor(st.Dev)}, nil
+}
+
+// addExe matches executable k at exec; a.mu is held or a is not shared.
+func (a *Accountant) addExe(k accountFileKey) error {
+	if a.exes[k] {
+		return nil
+	}
+	if a.rules >= maxRules {
+		return fmt.Errorf("account: already %d program names and executables to match", maxRules)
+	}
+	if err := a.objs.MatchExe.Put(k, uint32(1)); err != nil {
+		return fmt.Errorf("account: match executable (inode %d): %w", k.Ino, err)
+	}
+	a.exes[k] = true
+	a.rules++
+	return nil
+}
+
+// running lists the processes already running one of the programs.
+func running(comms []string, exes []accountFileKey) []uint32 {
+	if len(comms)+len(exes) == 0 {
+		return nil
+	}
+	dirs, _ := os.ReadDir("/proc")
+	var pids []uint32
+	self := os.Getpid()
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		match := slices.Contains(comms, strings.TrimSuffix(string(comm), "\n"))
+		if !match && len(exes) > 0 {
+			if k, err := fileKey(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+				match = slices.Contains(exes, k)
+			}
+		}
+		if match {
+			pids = append(pids, uint32(pid))
+		}
+	}
+	return pids
 }
 
 // Track starts accounting the threads of pids (already tracked ones are
@@ -114,9 +244,13 @@ func (a *Accountant) Track(pids ...uint32) error {
 	defer a.mu.Unlock()
 	for _, pid := range pids {
 		if _, ok := a.since[pid]; ok {
-			continue
+			if _, gone := a.exited[pid]; !gone || !alive(pid) {
+				// Tracked, or exited and sending its last spans.
+				continue
+			}
+			delete(a.exited, pid) // the pid was reused
 		}
-		if len(a.since) >= MaxTracked {
+		if len(a.since)-len(a.exited) >= MaxTracked {
 			a.stats.Refused++
 			continue
 		}
@@ -125,6 +259,16 @@ func (a *Accountant) Track(pids ...uint32) error {
 		}
 		a.since[pid] = time.Now().UnixNano()
 		a.opts.Logf("accounting the threads of process %d", pid)
+		if a.opts.FollowExes {
+			if k, err := fileKey(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && !a.exes[k] {
+				if err := a.addExe(k); err != nil {
+					a.opts.Logf("%v", err)
+				} else {
+					exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+					a.opts.Logf("accounting new processes of %s from their exec", exe)
+				}
+			}
+		}
 	}
 	if len(a.since) > 0 && a.links == nil {
 		return a.attach()
@@ -133,7 +277,8 @@ func (a *Accountant) Track(pids ...uint32) error {
 }
 
 func (a *Accountant) attach() error {
-	progs := []*ebpf.Program{a.objs.AccountWakeup, a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue, a.objs.AccountIoComplete}
+	progs := []*ebpf.Program{a.objs.AccountWakeup, a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue,
+		a.objs.AccountIoComplete, a.objs.AccountExec, a.objs.AccountFork, a.objs.AccountExit, a.objs.AccountDirty}
 	for _, p := range progs {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
@@ -152,6 +297,11 @@ func (a *Accountant) detach() {
 	}
 	a.links = nil
 	a.stats.Attached = false
+}
+
+func alive(pid uint32) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // Since is when the accounting of pid began (wall ns), if it did.
@@ -176,13 +326,15 @@ func (a *Accountant) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.stats
-	s.Tracked = len(a.since)
+	s.Tracked = len(a.since) - len(a.exited)
+	s.Rules = a.rules
 	var per []accountAcctStats
 	if err := a.objs.AcctCounters.Lookup(uint32(0), &per); err == nil {
 		for _, c := range per {
 			s.Records += c.Events
 			s.Lost += c.Lost
 			s.IOLost += c.IoLost
+			s.Refused += c.Refused
 		}
 	}
 	return s
@@ -225,7 +377,18 @@ func (a *Accountant) flush() error {
 		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
 			continue
 		}
-		out = append(out, a.activity(&e, offset))
+		switch e.Kind {
+		case kindTrack:
+			a.trackedFromKernel(e.Pid, int64(e.Start)+offset)
+		case kindUntrack:
+			a.mu.Lock()
+			if _, ok := a.since[e.Pid]; ok {
+				a.exited[e.Pid] = int64(e.Start) + offset
+			}
+			a.mu.Unlock()
+		default:
+			out = append(out, a.activity(&e, offset))
+		}
 	}
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		return err
@@ -237,6 +400,35 @@ func (a *Accountant) flush() error {
 	return nil
 }
 
+// Record kinds (enum acct_kind in bpf/account.bpf.c).
+const (
+	kindCPU       = 1
+	kindOffCPU    = 2
+	kindIO        = 3
+	kindWriteback = 4
+	kindDirty     = 5
+	kindTrack     = 6
+	kindUntrack   = 7
+)
+
+// trackedFromKernel notes that the BPF side began tracking pid at exec or
+// fork, at wall time ts.
+func (a *Accountant) trackedFromKernel(pid uint32, ts int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.since[pid]; ok {
+		if _, gone := a.exited[pid]; !gone {
+			a.since[pid] = min(t, ts)
+			return
+		}
+		delete(a.exited, pid)
+	}
+	a.since[pid] = ts
+	a.stats.FromExec++
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	a.opts.Logf("accounting the threads of process %d (%s) from its start", pid, strings.TrimSpace(string(comm)))
+}
+
 // schedulerFrames are the frames every sleeping task's kernel stack starts
 // with; the blocking site is the first frame below them.
 var schedulerFrames = []string{"__schedule", "schedule", "preempt_schedule", "__traceiter", "bpf_"}
@@ -245,9 +437,9 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 	t := store.ThreadActivity{Host: a.opts.Host, Pid: e.Pid, Tid: e.Tid,
 		StartNs: int64(e.Start) + offset, EndNs: int64(e.End) + offset}
 	switch e.Kind {
-	case 1:
+	case kindCPU:
 		t.Kind = "cpu"
-	case 2:
+	case kindOffCPU:
 		t.Kind = "runnable"
 		if e.State != 0 {
 			t.Kind = "blocked"
@@ -268,13 +460,28 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 			}
 			t.KStack = append(t.KStack, name)
 		}
-	case 3:
+	case kindIO, kindWriteback:
 		t.Kind = "io"
 		t.Bytes = e.Bytes
 		t.Op = recorder.BlockOp(uint64(e.State))
-		t.Dev = fmt.Sprintf("%d:%d", e.Site>>20, e.Site&(1<<20-1))
+		t.Dev = kernelDev(e.Site)
+		if e.Kind == kindWriteback {
+			t.Kind = "writeback"
+			t.Ino = e.Ino
+			t.DirtiedNs = int64(e.Wake) + offset
+		}
+	case kindDirty:
+		t.Kind = "dirty"
+		t.Bytes = e.Bytes
+		t.Ino = e.Ino
+		t.Dev = kernelDev(e.Site)
 	}
 	return t
+}
+
+// kernelDev prints a kernel dev_t (MKDEV: major << 20 | minor).
+func kernelDev(d uint64) string {
+	return fmt.Sprintf("%d:%d", d>>20, d&(1<<20-1))
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
@@ -286,16 +493,27 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
+// exitedKept is how long an exited process's since is kept: as long as
+// the accounting pass looks back for spans to charge.
+const exitedKept = 10 * time.Minute
+
 func (a *Accountant) forgetExited() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := time.Now().UnixNano()
 	for pid := range a.since {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+		at, gone := a.exited[pid]
+		if !gone && !alive(pid) {
 			a.objs.Tracked.Delete(pid)
+			a.exited[pid] = now
+			continue
+		}
+		if gone && now-at > int64(exitedKept) {
 			delete(a.since, pid)
+			delete(a.exited, pid)
 		}
 	}
-	if len(a.since) == 0 && a.links != nil {
+	if len(a.since) == len(a.exited) && a.rules == 0 && a.links != nil {
 		a.detach()
 	}
 }

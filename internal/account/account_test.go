@@ -1,8 +1,11 @@
 package account
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -23,9 +26,21 @@ func threadCPU() time.Duration {
 
 // A thread that burns a known amount of CPU, then writes and fsyncs a file,
 // is recorded with that CPU (±10%), blocked time whose kernel stack is
-// below the fsync, and the block I/O it submitted.
+// below the fsync, the 1 MiB of block I/O (submitted by itself or flushed
+// for it), and the 1 MiB of page cache it dirtied. A second 1 MiB it only
+// dirties, flushed by another process, is written back on its behalf.
 func TestAccountsOneThreadExactly(t *testing.T) {
 	testutil.RequireRoot(t)
+	// A process that is not tracked (started before the test's process
+	// is, so not its tracked child) flushes the second file when told.
+	flusher := exec.Command("sh", "-c", `read f && sync "$f" && echo synced`)
+	toFlusher, _ := flusher.StdinPipe()
+	fromFlusher, _ := flusher.StdoutPipe()
+	if err := flusher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer flusher.Wait()
+	defer toFlusher.Close()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -45,9 +60,9 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 
 	type result struct {
-		tid        int
-		t0, t1, t2 int64
-		cpu        time.Duration
+		tid            int
+		t0, t1, t2, t3 int64
+		cpu            time.Duration
 	}
 	res := make(chan result)
 	file := filepath.Join(t.TempDir(), "data")
@@ -65,9 +80,15 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 		f.Sync()
 		f.Close()
 		r.t2 = time.Now().UnixNano()
+		os.WriteFile(file+"2", make([]byte, 1<<20), 0o600)
+		r.t3 = time.Now().UnixNano()
 		res <- r
 	}()
 	r := <-res
+	fmt.Fprintln(toFlusher, file+"2")
+	if line, err := bufio.NewReader(fromFlusher).ReadString('\n'); err != nil || line != "synced\n" {
+		t.Fatalf("flusher: %q %v", line, err)
+	}
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	<-done
@@ -92,27 +113,63 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 	blocked = over("blocked", r.t1, r.t2)
 	out := q(`SELECT coalesce(sum(bytes), 0)::BIGINT FROM thread_activity WHERE kind = 'io' AND tid = ` + i64(int64(r.tid)))
 	ioBytes = out.Rows[0][0].(int64)
+	// Write-back a kernel flusher did of the file the thread dirtied is
+	// charged back to the thread, when it dirtied the file.
+	ino1, ino2 := inode(t, file), inode(t, file+"2")
+	out = q(`SELECT coalesce(sum(bytes), 0)::BIGINT, count(*), count(*) FILTER (WHERE dirtied_ns BETWEEN ` + i64(r.t1) + ` AND ` + i64(r.t2) + `)
+		FROM thread_activity WHERE kind = 'writeback' AND tid = ` + i64(int64(r.tid)) + ` AND ino = ` + i64(ino1))
+	wbBytes, wbN, wbInSpan := out.Rows[0][0].(int64), out.Rows[0][1].(int64), out.Rows[0][2].(int64)
+	out = q(`SELECT coalesce(sum(bytes), 0)::BIGINT, count(*) FILTER (WHERE start_ns NOT BETWEEN ` + i64(r.t1) + ` AND ` + i64(r.t2) + `)
+		FROM thread_activity WHERE kind = 'dirty' AND tid = ` + i64(int64(r.tid)) + ` AND ino = ` + i64(ino1))
+	dirtied, dirtiedOutside := out.Rows[0][0].(int64), out.Rows[0][1].(int64)
 	out = q(`SELECT DISTINCT kstack[1] FROM thread_activity WHERE kind = 'blocked' AND tid = ` + i64(int64(r.tid)) +
 		` AND start_ns >= ` + i64(r.t1) + ` AND kstack IS NOT NULL`)
 	for _, row := range out.Rows {
 		sites = append(sites, row[0].(string))
 	}
-	t.Logf("thread %d: burnt %v (thread clock), recorded cpu %v; fsync: blocked %v at %v, %d bytes of block I/O",
-		r.tid, r.cpu, time.Duration(cpu), time.Duration(blocked), sites, ioBytes)
+	t.Logf("thread %d: burnt %v (thread clock), recorded cpu %v; fsync: blocked %v at %v, %d bytes of own block I/O, "+
+		"%d bytes written back for it by others in %d requests; dirtied %d bytes of the file",
+		r.tid, r.cpu, time.Duration(cpu), time.Duration(blocked), sites, ioBytes, wbBytes, wbN, dirtied)
 	if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.1 {
 		t.Errorf("recorded CPU %v is not within 10%% of the thread's %v", time.Duration(cpu), r.cpu)
 	}
 	if blocked <= 0 || len(sites) == 0 {
 		t.Errorf("no blocked time with a kernel site recorded during fsync")
 	}
-	// Write-back may flush part of the 1 MiB from a kernel worker before
-	// fsync does: the thread is charged what it submitted itself.
-	if ioBytes < 4<<10 {
-		t.Errorf("block I/O of the thread: %d bytes, want at least a 4 KiB block of the 1 MiB it wrote", ioBytes)
+	// A kernel worker may flush part of the 1 MiB before fsync does: the
+	// thread is charged what it submitted itself plus that write-back.
+	if ioBytes+wbBytes < 1<<20 || ioBytes+wbBytes > 1<<20+256<<10 {
+		t.Errorf("block I/O charged to the thread: %d bytes own + %d written back, want the 1 MiB it wrote", ioBytes, wbBytes)
+	}
+	if wbN != wbInSpan {
+		t.Errorf("%d of %d write-back requests are charged outside the write (dirtied_ns)", wbN-wbInSpan, wbN)
+	}
+	if dirtied != 1<<20 || dirtiedOutside != 0 {
+		t.Errorf("page cache of the file dirtied: %d bytes (%d records outside the write), want 1 MiB", dirtied, dirtiedOutside)
+	}
+	out = q(`SELECT coalesce(sum(bytes), 0)::BIGINT, count(*) FILTER (WHERE dirtied_ns NOT BETWEEN ` + i64(r.t2) + ` AND ` + i64(r.t3) + `)
+		FROM thread_activity WHERE kind = 'writeback' AND tid = ` + i64(int64(r.tid)) + ` AND ino = ` + i64(ino2))
+	flushed, outside := out.Rows[0][0].(int64), out.Rows[0][1].(int64)
+	out = q(`SELECT coalesce(sum(bytes), 0)::BIGINT FROM thread_activity WHERE kind = 'dirty' AND tid = ` + i64(int64(r.tid)) +
+		` AND start_ns BETWEEN ` + i64(r.t2) + ` AND ` + i64(r.t3) + ` AND ino = ` + i64(ino2))
+	dirtied2 := out.Rows[0][0].(int64)
+	t.Logf("second file: dirtied %d bytes, %d bytes written back for the thread by the untracked sync", dirtied2, flushed)
+	if dirtied2 != 1<<20 || flushed != 1<<20 || outside != 0 {
+		t.Errorf("second file: dirtied %d bytes, written back %d bytes (%d requests charged outside the write), want 1 MiB and 1 MiB",
+			dirtied2, flushed, outside)
 	}
 	if s := a.Stats(); s.Lost != 0 || !s.Attached || s.Tracked != 1 {
 		t.Errorf("stats %+v", s)
 	}
+}
+
+func inode(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Ino)
 }
 
 func i64(v int64) string { return strconv.FormatInt(v, 10) }

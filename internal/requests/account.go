@@ -29,7 +29,7 @@ const accountLookback = 10 * 60 * 1_000_000_000
 // Account charges the spans that name a thread (thread.id) and have ended
 // early enough with the kernel activity of that thread during the span:
 // CPU it ran, time it was blocked (and where) or runnable, block I/O it
-// submitted. A span's own (self) share excludes its children that ran on
+// submitted, page cache it dirtied. A span's own (self) share excludes its children that ran on
 // the same thread. It writes span_accounting and returns how many spans it
 // charged.
 func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int, error) {
@@ -182,6 +182,12 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 				a.IOBytes += i64(r[5])
 				a.IONs += x.end - x.start
 				a.IOCount++
+			}
+		case "dirty":
+			// Dirtied page cache belongs to the span (not a child of it
+			// on the thread) it was dirtied in.
+			if at := (interval{x.start, x.start + 1}); selfOverlap(at, span, children) > 0 {
+				a.DirtiedBytes += i64(r[5])
 			}
 		}
 	}

@@ -46,13 +46,19 @@ type Cost struct {
 	IOBytes       float64 `json:"io_bytes"`
 	IONs          float64 `json:"io_ns"`
 	IOCount       float64 `json:"io_count"`
+	// DirtiedBytes is the page cache the span's thread made dirty (its
+	// buffered writes); WritebackBytes the block writes of those files
+	// that kernel flushers made later on its behalf (write-back), which
+	// IOBytes, the I/O the thread submitted itself, does not include.
+	DirtiedBytes   float64 `json:"dirtied_bytes"`
+	WritebackBytes float64 `json:"writeback_bytes"`
 	// BlockedSites is JSON: where the thread slept, longest first.
 	BlockedSites string `json:"blocked_sites,omitempty"`
 }
 
 const spanColumns = `host, trace_id, span_id, parent_span_id, service, operation, kind, start_ns, end_ns, error,
 	pid, tid, client, accounted, cpu_ns, self_cpu_ns, blocked_ns, self_blocked_ns, runnable_ns, io_bytes, io_ns,
-	io_count, blocked_sites`
+	io_count, blocked_sites, dirtied_bytes, writeback_bytes`
 
 // loadSpans reads spans (with their accounting) from span_costs.
 func loadSpans(ctx context.Context, q Querier, where string) ([]Span, error) {
@@ -68,7 +74,7 @@ func loadSpans(ctx context.Context, q Querier, where string) ([]Span, error) {
 		if r[13] != nil {
 			s.Kernel = &Cost{Accounted: r[13] == true, CPUNs: f64(r[14]), SelfCPUNs: f64(r[15]), BlockedNs: f64(r[16]),
 				SelfBlockedNs: f64(r[17]), RunnableNs: f64(r[18]), IOBytes: f64(r[19]), IONs: f64(r[20]),
-				IOCount: f64(r[21]), BlockedSites: str(r[22])}
+				IOCount: f64(r[21]), BlockedSites: str(r[22]), DirtiedBytes: f64(r[23]), WritebackBytes: f64(r[24])}
 		}
 		out = append(out, s)
 	}
