@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,18 +21,24 @@ type tracingFlags struct {
 	grpcAddr, httpAddr *string
 	maxMessage         *int
 	account            *bool
+	accountComm        *string
+	accountExe         *string
+	accountFollow      *bool
 	retainSpans        *string
 	spanPeriod         *time.Duration
 }
 
 func addTracingFlags(fs *flag.FlagSet) tracingFlags {
 	return tracingFlags{
-		grpcAddr:    fs.String("otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`),
-		httpAddr:    fs.String("otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`),
-		maxMessage:  fs.Int("otlp-max-bytes", otlp.DefaultMaxMessageBytes, "largest OTLP export request accepted"),
-		account:     fs.Bool("account", true, "charge spans that carry thread.id with their thread's kernel activity (CPU, blocking, block I/O)"),
-		retainSpans: fs.String("retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all"),
-		spanPeriod:  fs.Duration("span-period", time.Minute, "period T of the rollups raw spans are reduced to, and how often pruning runs"),
+		grpcAddr:      fs.String("otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`),
+		httpAddr:      fs.String("otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`),
+		maxMessage:    fs.Int("otlp-max-bytes", otlp.DefaultMaxMessageBytes, "largest OTLP export request accepted"),
+		account:       fs.Bool("account", true, "charge spans that carry thread.id with their thread's kernel activity (CPU, blocking, block I/O, write-back)"),
+		accountComm:   fs.String("account-comm", "", "account processes of these program names (COMM[,COMM…], as in /proc/PID/comm) from their exec, so their first requests are charged too; and their children"),
+		accountExe:    fs.String("account-exe", "", "account processes running these executables (PATH[,PATH…]) from their exec, and their children"),
+		accountFollow: fs.Bool("account-follow", false, "also account, from their exec, new processes of each executable whose spans were received"),
+		retainSpans:   fs.String("retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all"),
+		spanPeriod:    fs.Duration("span-period", time.Minute, "period T of the rollups raw spans are reduced to, and how often pruning runs"),
 	}
 }
 
@@ -71,10 +79,23 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &tracing{cancel: cancel}
+	rules := *f.accountComm != "" || *f.accountExe != ""
+	if rules && !*f.account {
+		cancel()
+		return nil, usagef("--account-comm and --account-exe need --account")
+	}
 	if *f.account {
-		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf})
+		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf,
+			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow})
 		if err != nil {
+			if rules {
+				cancel()
+				return nil, fmt.Errorf("--account-comm/--account-exe: %w", err)
+			}
 			logf("request accounting unavailable, spans get no kernel costs: %v", err)
+		}
+		if t.acct != nil && rules {
+			logf("accounting processes of %s from their exec", strings.Trim(*f.accountComm+","+*f.accountExe, ","))
 		}
 	}
 	if t.acct != nil {
@@ -149,6 +170,17 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 		}
 	}()
 	return t, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func orOff(addr string) string {

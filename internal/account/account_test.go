@@ -173,3 +173,115 @@ func inode(t *testing.T, path string) int64 {
 }
 
 func i64(v int64) string { return strconv.FormatInt(v, 10) }
+
+// burnChild is the process TestTracksProcessesFromExec starts: it burns
+// HOLTER_TEST_BURN of CPU on one thread, then runs a shell loop (a forked
+// child running another program).
+func TestMain(m *testing.M) {
+	if d, err := time.ParseDuration(os.Getenv("HOLTER_TEST_BURN")); err == nil {
+		runtime.LockOSThread()
+		c0 := threadCPU()
+		for threadCPU()-c0 < d {
+		}
+		sh := exec.Command("sh", "-c", `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
+		if err := sh.Run(); err != nil {
+			os.Exit(3)
+		}
+		fmt.Println(sh.Process.Pid)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A process started after the accountant, matched by program name or by
+// executable at its exec, is accounted from its start: all the CPU it
+// burns (its rusage) is recorded, and so are the threads of a process it
+// forks.
+func TestTracksProcessesFromExec(t *testing.T) {
+	testutil.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two copies of the test binary under names no other process has.
+	dir := t.TempDir()
+	byComm := filepath.Join(dir, fmt.Sprintf("hacct%d", os.Getpid()%1000000))
+	byExe := filepath.Join(dir, "by-exe")
+	for _, p := range []string{byComm, byExe} {
+		b, err := os.ReadFile(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := New(Options{Host: "h", Write: st.WriteThreadActivity, Comms: []string{"a-name-longer-than-15"}}); err == nil {
+		t.Errorf("a program name longer than the kernel keeps is accepted")
+	}
+	if _, err := New(Options{Host: "h", Write: st.WriteThreadActivity, Exes: []string{filepath.Join(dir, "missing")}}); err == nil {
+		t.Errorf("a missing executable is accepted")
+	}
+	a, err := New(Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+		Comms: []string{filepath.Base(byComm)}, Exes: []string{byExe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+
+	type child struct {
+		pid, shPid uint32
+		cpu        time.Duration
+		started    int64
+	}
+	var children []child
+	for _, prog := range []string{byComm, byExe} {
+		cmd := exec.Command(prog)
+		cmd.Env = append(os.Environ(), "HOLTER_TEST_BURN=200ms")
+		started := time.Now().UnixNano()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v", prog, err)
+		}
+		sh, _ := strconv.Atoi(string(out[:len(out)-1]))
+		ps := cmd.ProcessState
+		children = append(children, child{uint32(cmd.Process.Pid), uint32(sh), ps.UserTime() + ps.SystemTime(), started})
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+
+	for _, c := range children {
+		out, err := st.Query(context.Background(), fmt.Sprintf(`SELECT
+			(SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM thread_activity WHERE kind = 'cpu' AND pid IN (%d, %[2]d)),
+			(SELECT count(*) FROM thread_activity WHERE kind = 'cpu' AND pid = %[2]d)`, c.pid, c.shPid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu, shRuns := out.Rows[0][0].(int64), out.Rows[0][1].(int64)
+		since, ok := a.Since(c.pid)
+		// The rusage wait returns includes the shell it waited for.
+		t.Logf("process %d and its shell: rusage cpu %v, recorded %v; the shell %d ran %d times; accounted since start+%v",
+			c.pid, c.cpu, time.Duration(cpu), c.shPid, shRuns, time.Duration(since-c.started))
+		if ratio := float64(cpu) / float64(c.cpu); ratio < 0.9 || ratio > 1.1 {
+			t.Errorf("process %d: recorded CPU %v is not within 10%% of its rusage %v", c.pid, time.Duration(cpu), c.cpu)
+		}
+		if !ok || since < c.started || since > c.started+int64(time.Second) {
+			t.Errorf("process %d: accounted since %v (%v), want from its exec", c.pid, since, ok)
+		}
+		if shRuns == 0 {
+			t.Errorf("the shell process %d that process %d forked is not accounted", c.shPid, c.pid)
+		}
+	}
+	if s := a.Stats(); s.FromExec < 4 || s.Rules != 2 || s.Lost != 0 {
+		t.Errorf("stats %+v, want ≥ 4 processes tracked from exec, 2 rules", s)
+	}
+}
