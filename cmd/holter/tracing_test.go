@@ -111,21 +111,10 @@ func stopRecording(t *testing.T, r *recording) {
 // links them, weighted by bytes, plus an asynchronous index write-back).
 func TestDemoSystemRequestTracing(t *testing.T) {
 	testutil.RequireRoot(t)
-	bin := testutil.BuildHolter(t)
-	demo := buildDemo(t)
-	dir := t.TempDir()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0",
-		"--otlp-grpc", grpcAddr, "--otlp-http", httpAddr)
-	defer stopRecording(t, r)
-	select {
-	case <-r.started:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("recorder did not start:\n%s", r.log)
-	}
-	storage, spid := startService(t, demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
-	middle, mpid := startService(t, demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", "30ms", "-batch", "3")
-	front, fpid := startService(t, demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
+	d := startDemo(t, "30ms", "3")
+	defer stopRecording(t, d.r)
+	bin, demo, dir, httpAddr, r, front := d.bin, d.demo, d.dir, d.httpAddr, d.r, d.front
+	spid, mpid, fpid := d.pids[0], d.pids[1], d.pids[2]
 
 	// Spans name their process; holter follows its threads from then on.
 	runDemoClient(t, demo, front, httpAddr, "warmup", 1, 3)
@@ -304,6 +293,40 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 	resp.Body.Close()
 }
 
+// demoSystem is a recorder and the demo's three services exporting to it.
+type demoSystem struct {
+	bin, demo, dir, httpAddr string
+	r                        *recording
+	front                    string
+	pids                     [3]int // storage, middle, front
+}
+
+// startDemo starts `holter record` (with extra flags; DEMO stands for the
+// demo binary's path), then storage, middle (burning burn per read,
+// batching batch writes) and front. The caller stops the recording.
+func startDemo(t *testing.T, burn, batch string, extra ...string) *demoSystem {
+	t.Helper()
+	d := &demoSystem{bin: testutil.BuildHolter(t), demo: buildDemo(t), dir: t.TempDir()}
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	d.httpAddr = httpAddr
+	args := []string{"--data", d.dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr}
+	for _, x := range extra {
+		args = append(args, strings.ReplaceAll(x, "DEMO", d.demo))
+	}
+	d.r = startRecord(t, d.bin, args...)
+	select {
+	case <-d.r.started:
+	case <-time.After(30 * time.Second):
+		stopRecording(t, d.r)
+		t.Fatalf("recorder did not start:\n%s", d.r.log)
+	}
+	storage, spid := startService(t, d.demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
+	middle, mpid := startService(t, d.demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", burn, "-batch", batch)
+	front, fpid := startService(t, d.demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
+	d.front, d.pids = front, [3]int{spid, mpid, fpid}
+	return d
+}
+
 func tracePath(t *testing.T, bin, dir, id string) *requests.Path {
 	t.Helper()
 	out, errOut, code := runHolter(t, bin, "trace-path", "--data", dir, "--json", id)
@@ -367,22 +390,10 @@ func checkBurnCharged(t *testing.T, bin, dir, traceID string, mid *requests.Node
 // ended — is charged the CPU it burnt, and its write-back is followed.
 func TestDemoFirstRequestAccountedFromExec(t *testing.T) {
 	testutil.RequireRoot(t)
-	bin := testutil.BuildHolter(t)
-	demo := buildDemo(t)
-	dir := t.TempDir()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off",
-		"--otlp-grpc", grpcAddr, "--otlp-http", httpAddr, "--account-exe", demo)
-	defer stopRecording(t, r)
-	select {
-	case <-r.started:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("recorder did not start:\n%s", r.log)
-	}
-	storage, spid := startService(t, demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
-	middle, mpid := startService(t, demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", "40ms", "-batch", "1")
-	front, fpid := startService(t, demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
-	for _, pid := range []int{spid, mpid, fpid} {
+	d := startDemo(t, "40ms", "1", "--budget", "off", "--account-exe", "DEMO")
+	defer stopRecording(t, d.r)
+	bin, demo, dir, httpAddr, r, front := d.bin, d.demo, d.dir, d.httpAddr, d.r, d.front
+	for _, pid := range d.pids {
 		if !strings.Contains(r.log.String(), fmt.Sprintf("accounting the threads of process %d (demo) from its start", pid)) {
 			// The line is written when the recorder next reads the ring.
 			time.Sleep(time.Second)

@@ -41,19 +41,8 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 	}
 	defer flusher.Wait()
 	defer toFlusher.Close()
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	a, err := New(Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- a.Run(ctx) }()
+	st := openStore(t)
+	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond})
 	if err := a.Track(uint32(os.Getpid())); err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +79,7 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 		t.Fatalf("flusher: %q %v", line, err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	cancel()
-	<-done
+	stop()
 
 	var cpu, blocked, ioBytes int64
 	var sites []string
@@ -163,6 +151,30 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 	}
 }
 
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// startAccountant runs an accountant until stop, which commits what is left.
+func startAccountant(t *testing.T, opts Options) (a *Accountant, stop func()) {
+	t.Helper()
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	return a, func() { cancel(); <-done }
+}
+
 func inode(t *testing.T, path string) int64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -216,26 +228,15 @@ func TestTracksProcessesFromExec(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	if _, err := New(Options{Host: "h", Write: st.WriteThreadActivity, Comms: []string{"a-name-longer-than-15"}}); err == nil {
 		t.Errorf("a program name longer than the kernel keeps is accepted")
 	}
 	if _, err := New(Options{Host: "h", Write: st.WriteThreadActivity, Exes: []string{filepath.Join(dir, "missing")}}); err == nil {
 		t.Errorf("a missing executable is accepted")
 	}
-	a, err := New(Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
 		Comms: []string{filepath.Base(byComm)}, Exes: []string{byExe}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- a.Run(ctx) }()
 
 	type child struct {
 		pid, shPid uint32
@@ -256,8 +257,7 @@ func TestTracksProcessesFromExec(t *testing.T) {
 		children = append(children, child{uint32(cmd.Process.Pid), uint32(sh), ps.UserTime() + ps.SystemTime(), started})
 	}
 	time.Sleep(300 * time.Millisecond)
-	cancel()
-	<-done
+	stop()
 
 	for _, c := range children {
 		out, err := st.Query(context.Background(), fmt.Sprintf(`SELECT
