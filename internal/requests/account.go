@@ -152,10 +152,13 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 	sites := map[string]int64{}
 	for _, r := range rows {
 		x := interval{i64(r[1]), i64(r[2])}
-		if overlap(x, span) == 0 {
+		kind := str(r[0])
+		// I/O and dirtying are charged where they began, which may be
+		// a point (a single page dirtied).
+		if kind != "io" && kind != "dirty" && overlap(x, span) == 0 {
 			continue
 		}
-		switch str(r[0]) {
+		switch kind {
 		case "cpu":
 			a.CPUNs += overlap(x, span)
 			a.SelfCPUNs += selfOverlap(x, span, children)
