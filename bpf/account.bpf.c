@@ -175,7 +175,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
+	__uint(max_entries, 16 << 20);
 } acct_events SEC(".maps");
 
 struct {
@@ -184,6 +184,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct acct_stats);
 } acct_counters SEC(".maps");
+
+/*
+ * Sleeps shorter than this get no kernel stack (set at load time): taking
+ * the stack of a woken thread is most of what a tracked context switch
+ * costs, and the many short waits (lock and channel hand-offs) say little
+ * about where a request waited.
+ */
+const volatile __u64 kstack_min_ns = 0;
 
 /* Keeps the record layouts in BTF so bpf2go generates their Go types. */
 struct acct_event *unused_acct_event __attribute__((unused));
@@ -417,7 +425,7 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 				e->state = ts->state;
 				e->site = ts->site;
 				/* A sleeper's kernel stack is still where it slept. */
-				if (ts->state)
+				if (ts->state && now - ts->off_ts >= kstack_min_ns)
 					e->kstack_bytes = bpf_get_task_stack(next, e->kstack, sizeof(e->kstack), 0);
 				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 			}

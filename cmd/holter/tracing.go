@@ -86,7 +86,8 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 	}
 	if *f.account {
 		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf,
-			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow})
+			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
+			HoldUnnamed: holdUnnamed})
 		if err != nil {
 			if rules {
 				cancel()
@@ -100,6 +101,7 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 	}
 	if t.acct != nil {
 		self := uint32(os.Getpid())
+		opts.OnThreads = t.acct.SpanThreads
 		opts.OnProcesses = func(pids []uint32) {
 			var others []uint32
 			for _, p := range pids {
@@ -171,6 +173,12 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 	}()
 	return t, nil
 }
+
+// holdUnnamed is how long the recorder keeps the kernel intervals of a
+// thread no span has named: longer than an OpenTelemetry SDK's batch delay
+// (5 s by default), so a thread's first request, whose spans come after
+// it, is charged; threads that never carry a span are not stored.
+const holdUnnamed = 15 * time.Second
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

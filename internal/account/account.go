@@ -1,9 +1,7 @@
 package account
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/holter-dev/holter/internal/clock"
@@ -13,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -38,7 +37,7 @@ type Options struct {
 	// Write commits intervals; *store.Store's WriteThreadActivity.
 	Write func(context.Context, []store.ThreadActivity) error
 	// FlushEvery is how often intervals are read from the kernel and
-	// committed (default 500 ms).
+	// committed (default 1 s).
 	FlushEvery time.Duration
 	Logf       func(format string, args ...any)
 	// Comms and Exes name processes to account from their start: a
@@ -50,7 +49,23 @@ type Options struct {
 	// FollowExes also tracks, from their exec, new processes of every
 	// executable whose processes were tracked through Track (their spans).
 	FollowExes bool
+	// KStackMin: blocked intervals shorter than this are recorded without
+	// the kernel stack they slept in (default DefaultKStackMin; negative:
+	// every one has it).
+	KStackMin time.Duration
+	// HoldUnnamed, when positive, keeps the intervals of a thread that no
+	// span has named yet (SpanThreads) in memory for this long: they are
+	// written when a span names the thread, else dropped (Stats.Dropped),
+	// so the store fills with the threads that serve requests, not with
+	// runtime and client threads. Zero writes every interval.
+	HoldUnnamed time.Duration
 }
+
+// DefaultKStackMin is the shortest sleep whose kernel stack is recorded.
+// Taking it is most of the cost of a tracked context switch, and the many
+// short hand-offs between threads (futexes, pipes) that are shorter say
+// little about where a request waited; their time is still counted.
+const DefaultKStackMin = 20 * time.Microsecond
 
 // Stats counts what the accountant recorded since it started.
 type Stats struct {
@@ -66,6 +81,8 @@ type Stats struct {
 	FromExec uint64 `json:"tracked_from_exec"`
 	// Rules is how many program names and executables are matched at exec.
 	Rules int `json:"exec_rules"`
+	// Dropped counts intervals of threads no span named (HoldUnnamed).
+	Dropped uint64 `json:"dropped_unnamed_intervals"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -85,6 +102,10 @@ type Accountant struct {
 	exited map[uint32]int64
 	exes   map[accountFileKey]bool // executables matched at exec
 	rules  int
+	// named: threads spans named; held: intervals of the others, while
+	// HoldUnnamed lasts.
+	named map[[2]uint32]bool
+	held  map[[2]uint32][]heldEvent
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
@@ -97,7 +118,7 @@ func New(opts Options) (*Accountant, error) {
 		opts.Host, _ = os.Hostname()
 	}
 	if opts.FlushEvery <= 0 {
-		opts.FlushEvery = 500 * time.Millisecond
+		opts.FlushEvery = time.Second
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -108,7 +129,8 @@ func New(opts Options) (*Accountant, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{}}
+	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
+		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{}}
 	var comms []string
 	for _, c := range opts.Comms {
 		if c = strings.TrimSpace(c); c == "" {
@@ -133,7 +155,18 @@ func New(opts Options) (*Accountant, error) {
 	if len(comms)+len(exes) > maxRules {
 		return nil, fmt.Errorf("account: %d program names and executables to match, at most %d", len(comms)+len(exes), maxRules)
 	}
-	if err := loadAccountObjects(&a.objs, nil); err != nil {
+	spec, err := loadAccount()
+	if err != nil {
+		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	kmin := opts.KStackMin
+	if kmin == 0 {
+		kmin = DefaultKStackMin
+	}
+	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
+		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			return nil, fmt.Errorf("load accounting programs: %w (needs root, or CAP_BPF and CAP_PERFMON): %v", ErrPermission, err)
 		}
@@ -362,34 +395,60 @@ func (a *Accountant) Run(ctx context.Context) error {
 	}
 }
 
+// heldEvent is a record of a thread no span has named yet.
+type heldEvent struct {
+	e      accountAcctEvent
+	offset int64 // monotonic to wall ns when it was read
+	read   int64 // wall ns it was read
+}
+
 // flush drains the ring buffer and commits its intervals.
 func (a *Accountant) flush() error {
 	now := time.Now().UnixNano()
 	offset := clock.MonoToWall()
 	var out []store.ThreadActivity
 	var rec ringbuf.Record
+	var e accountAcctEvent
+	hold := a.opts.HoldUnnamed > 0
 	a.reader.SetDeadline(time.Now())
+	a.mu.Lock()
 	for {
 		if err := a.reader.ReadInto(&rec); err != nil {
 			break // deadline: the ring is empty
 		}
-		var e accountAcctEvent
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+		if len(rec.RawSample) < int(unsafe.Sizeof(e)) {
 			continue
 		}
+		e = *(*accountAcctEvent)(unsafe.Pointer(&rec.RawSample[0]))
 		switch e.Kind {
 		case kindTrack:
 			a.trackedFromKernel(e.Pid, int64(e.Start)+offset)
 		case kindUntrack:
-			a.mu.Lock()
 			if _, ok := a.since[e.Pid]; ok {
 				a.exited[e.Pid] = int64(e.Start) + offset
 			}
-			a.mu.Unlock()
 		default:
+			if t := [2]uint32{e.Pid, e.Tid}; hold && !a.named[t] {
+				a.held[t] = append(a.held[t], heldEvent{e, offset, now})
+				continue
+			}
 			out = append(out, a.activity(&e, offset))
 		}
 	}
+	// Held too long: no span named the thread in time.
+	for t, hs := range a.held {
+		n := 0
+		for n < len(hs) && now-hs[n].read > int64(a.opts.HoldUnnamed) {
+			n++
+		}
+		a.stats.Dropped += uint64(n)
+		if n == len(hs) {
+			delete(a.held, t)
+		} else if n > 0 {
+			a.held[t] = slices.Clone(hs[n:])
+		}
+	}
+	a.mu.Unlock()
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		return err
 	}
@@ -398,6 +457,36 @@ func (a *Accountant) flush() error {
 	a.stats.Committed += uint64(len(out))
 	a.mu.Unlock()
 	return nil
+}
+
+// SpanThreads is told the threads (pid, tid) spans name, before those
+// spans are stored: with HoldUnnamed, their held intervals are written
+// now, so a span's thread activity is in the store when the span is.
+func (a *Accountant) SpanThreads(threads [][2]uint32) {
+	var out []store.ThreadActivity
+	a.mu.Lock()
+	for _, t := range threads {
+		if a.named[t] {
+			continue
+		}
+		a.named[t] = true
+		for i := range a.held[t] {
+			h := &a.held[t][i]
+			out = append(out, a.activity(&h.e, h.offset))
+		}
+		delete(a.held, t)
+	}
+	a.mu.Unlock()
+	if len(out) == 0 {
+		return
+	}
+	if err := a.opts.Write(context.Background(), out); err != nil {
+		a.opts.Logf("accounting: %v", err)
+		return
+	}
+	a.mu.Lock()
+	a.stats.Committed += uint64(len(out))
+	a.mu.Unlock()
 }
 
 // Record kinds (enum acct_kind in bpf/account.bpf.c).
@@ -412,10 +501,8 @@ const (
 )
 
 // trackedFromKernel notes that the BPF side began tracking pid at exec or
-// fork, at wall time ts.
+// fork, at wall time ts; a.mu is held.
 func (a *Accountant) trackedFromKernel(pid uint32, ts int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if t, ok := a.since[pid]; ok {
 		if _, gone := a.exited[pid]; !gone {
 			a.since[pid] = min(t, ts)
@@ -511,6 +598,11 @@ func (a *Accountant) forgetExited() {
 		if gone && now-at > int64(exitedKept) {
 			delete(a.since, pid)
 			delete(a.exited, pid)
+			for t := range a.named {
+				if t[0] == pid {
+					delete(a.named, t)
+				}
+			}
 		}
 	}
 	if len(a.since) == len(a.exited) && a.rules == 0 && a.links != nil {

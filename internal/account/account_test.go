@@ -285,3 +285,53 @@ func TestTracksProcessesFromExec(t *testing.T) {
 		t.Errorf("stats %+v, want ≥ 4 processes tracked from exec, 2 rules", s)
 	}
 }
+
+// With HoldUnnamed, the intervals of a thread are stored once a span names
+// it — those from before the naming too — and a thread no span names is
+// not stored.
+func TestHoldsThreadsUntilASpanNamesThem(t *testing.T) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+		HoldUnnamed: 700 * time.Millisecond})
+	pid := uint32(os.Getpid())
+	if err := a.Track(pid); err != nil {
+		t.Fatal(err)
+	}
+	burn := func(tids chan<- int) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tids <- unix.Gettid()
+		c0 := threadCPU()
+		for threadCPU()-c0 < 100*time.Millisecond {
+			time.Sleep(time.Millisecond)
+		}
+		tids <- 0
+	}
+	named, unnamed := make(chan int, 2), make(chan int, 2)
+	go burn(named)
+	go burn(unnamed)
+	tn, tu := <-named, <-unnamed
+	<-named
+	<-unnamed
+	time.Sleep(300 * time.Millisecond) // read from the ring, held
+	a.SpanThreads([][2]uint32{{pid, uint32(tn)}})
+	count := func(tid int) int64 {
+		out, err := st.Query(context.Background(), `SELECT count(*) FROM thread_activity WHERE kind = 'cpu' AND tid = `+i64(int64(tid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Rows[0][0].(int64)
+	}
+	if n := count(tn); n < 10 {
+		t.Errorf("the named thread has %d on-CPU intervals stored right after its naming, want its ≥ 10 of before", n)
+	}
+	time.Sleep(time.Second)
+	stop()
+	if n := count(tu); n != 0 {
+		t.Errorf("the thread no span named has %d on-CPU intervals stored", n)
+	}
+	if s := a.Stats(); s.Dropped == 0 {
+		t.Errorf("stats %+v: nothing dropped", s)
+	}
+}

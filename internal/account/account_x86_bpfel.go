@@ -101,6 +101,7 @@ const (
 	accountProgAccountIoIssue    = "account_io_issue"
 	accountProgAccountSwitch     = "account_switch"
 	accountProgAccountWakeup     = "account_wakeup"
+	accountVarKstackMinNs        = "kstack_min_ns"
 	accountVarUnusedAcctEvent    = "unused_acct_event"
 	accountVarUnusedAcctStats    = "unused_acct_stats"
 )
@@ -176,6 +177,7 @@ type accountMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountVariableSpecs struct {
+	KstackMinNs     *ebpf.VariableSpec `ebpf:"kstack_min_ns"`
 	UnusedAcctEvent *ebpf.VariableSpec `ebpf:"unused_acct_event"`
 	UnusedAcctStats *ebpf.VariableSpec `ebpf:"unused_acct_stats"`
 }
@@ -227,6 +229,7 @@ func (m *accountMaps) Close() error {
 //
 // It can be passed to loadAccountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountVariables struct {
+	KstackMinNs     *ebpf.Variable `ebpf:"kstack_min_ns"`
 	UnusedAcctEvent *ebpf.Variable `ebpf:"unused_acct_event"`
 	UnusedAcctStats *ebpf.Variable `ebpf:"unused_acct_stats"`
 }
