@@ -21,6 +21,8 @@
 # kernel.bpf_stats_enabled meanwhile) the run time of the BPF programs it
 # loaded, per program. HOLTER_ARGS adds recorder flags, e.g. "--vitals cpu"
 # to measure tracing and accounting with the least of the vitals.
+# ACCOUNT=exe (default) accounts the demo from exec, ACCOUNT=spans from its
+# first spans (the warm-up), ACCOUNT=off not at all (tracing alone).
 #
 #   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
 source "$(dirname "$0")/lib.sh"
@@ -74,7 +76,12 @@ run() {
 	if [ "$mode" = on ]; then
 		rm -rf "$work/data"
 		recorder_loaded=$(date +%s)
-		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off --account-exe "$work/demo"
+		local acct=()
+		case ${ACCOUNT:-exe} in
+		exe) acct=(--account-exe "$work/demo") ;;
+		off) acct=(--account=false) ;;
+		esac
+		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}"
 		otlp=(-otlp-grpc "$grpc")
 	fi
 	service storage -addr "$storage" -dir "$work" "${otlp[@]}"
@@ -108,7 +115,7 @@ run() {
 	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after"
 }
 
-echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read;" \
+echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
 ratios=()
 for i in $(seq "$ROUNDS"); do
