@@ -206,7 +206,8 @@ func TestMain(m *testing.M) {
 }
 
 // A process started after the accountant, matched by program name or by
-// executable at its exec, is accounted from its start: all the CPU it
+// executable at its exec — or running an executable whose processes sent
+// spans before (FollowExes) — is accounted from its start: all the CPU it
 // burns (its rusage) is recorded, and so are the threads of a process it
 // forks.
 func TestTracksProcessesFromExec(t *testing.T) {
@@ -236,7 +237,7 @@ func TestTracksProcessesFromExec(t *testing.T) {
 		t.Errorf("a missing executable is accepted")
 	}
 	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
-		Comms: []string{filepath.Base(byComm)}, Exes: []string{byExe}})
+		Comms: []string{filepath.Base(byComm)}, Exes: []string{byExe}, FollowExes: true})
 
 	type child struct {
 		pid, shPid uint32
@@ -244,7 +245,23 @@ func TestTracksProcessesFromExec(t *testing.T) {
 		started    int64
 	}
 	var children []child
-	for _, prog := range []string{byComm, byExe} {
+	// A third copy is matched by no rule: tracked from its spans (Track)
+	// while running, it makes the next process of it tracked from exec.
+	followed := filepath.Join(dir, "followed")
+	b, _ := os.ReadFile(self)
+	if err := os.WriteFile(followed, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first := exec.Command(followed)
+	first.Env = append(os.Environ(), "HOLTER_TEST_BURN=300ms")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Track(uint32(first.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	first.Wait()
+	for _, prog := range []string{byComm, byExe, followed} {
 		cmd := exec.Command(prog)
 		cmd.Env = append(os.Environ(), "HOLTER_TEST_BURN=200ms")
 		started := time.Now().UnixNano()
@@ -281,8 +298,8 @@ func TestTracksProcessesFromExec(t *testing.T) {
 			t.Errorf("the shell process %d that process %d forked is not accounted", c.shPid, c.pid)
 		}
 	}
-	if s := a.Stats(); s.FromExec < 4 || s.Rules != 2 || s.Lost != 0 {
-		t.Errorf("stats %+v, want ≥ 4 processes tracked from exec, 2 rules", s)
+	if s := a.Stats(); s.FromExec < 6 || s.Rules != 3 || s.Lost != 0 {
+		t.Errorf("stats %+v, want ≥ 6 processes tracked from exec or fork, 3 rules (2 given, 1 followed)", s)
 	}
 }
 
