@@ -55,19 +55,21 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 # proc_cpu PID: its user + system time in clock ticks.
 proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# bpf_cost SINCE SECONDS: run time of the BPF programs loaded since SINCE
-# (epoch seconds: the recorder's), per program and in all, as a share of
+# bpf_cost PID SECONDS: run time of the BPF programs process PID holds
+# (its file descriptors' prog_id), per program and in all, as a share of
 # one CPU over SECONDS.
 bpf_cost() {
+	local ids
+	ids=$(cat /proc/"$1"/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -u | tr '\n' ' ')
 	bpftool -j prog show | python3 -c '
 import json, sys
-since, secs = int(sys.argv[1]), float(sys.argv[2])
-progs = [p for p in json.load(sys.stdin) if p.get("loaded_at", 0) >= since and p.get("run_cnt")]
+ids, secs = {int(x) for x in sys.argv[1].split()}, float(sys.argv[2])
+progs = [p for p in json.load(sys.stdin) if p["id"] in ids and p.get("run_cnt")]
 total = sum(p["run_time_ns"] for p in progs)
 for p in sorted(progs, key=lambda p: -p["run_time_ns"])[:8]:
     print("    bpf %-22s %9d calls %6.0f ns/call %7.1f ms" % (p["name"], p["run_cnt"], p["run_time_ns"] / p["run_cnt"], p["run_time_ns"] / 1e6))
 print("    bpf in all: %.1f ms, %.1f%% of one CPU" % (total / 1e6, 100 * total / 1e9 / secs))
-' "$1" "$2"
+' "$ids" "$2"
 }
 
 # run MODE: prints "requests/s load-before load-after" of one run.
@@ -75,7 +77,6 @@ run() {
 	local mode=$1 otlp=() pids=()
 	if [ "$mode" = on ]; then
 		rm -rf "$work/data"
-		recorder_loaded=$(date +%s)
 		local acct=()
 		case ${ACCOUNT:-exe} in
 		exe) acct=(--account-exe "$work/demo") ;;
@@ -105,7 +106,7 @@ run() {
 			'BEGIN{printf "    recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU)\n", c/hz, s, 100*c/hz/s}' >&2
 		if [ "${BPF_STATS:-0}" = 1 ]; then
 			sysctl -qw kernel.bpf_stats_enabled=0
-			bpf_cost "$recorder_loaded" "$secs" >&2
+			bpf_cost "$rec" "$secs" >&2
 		fi
 	fi
 	kill "${pids[@]}"
