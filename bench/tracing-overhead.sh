@@ -68,8 +68,8 @@ progs = [p for p in json.load(sys.stdin) if p["id"] in ids and p.get("run_cnt")]
 total = sum(p["run_time_ns"] for p in progs)
 for p in sorted(progs, key=lambda p: -p["run_time_ns"])[:8]:
     print("    bpf %-22s %9d calls %6.0f ns/call %7.1f ms" % (p["name"], p["run_cnt"], p["run_time_ns"] / p["run_cnt"], p["run_time_ns"] / 1e6))
-print("    bpf in all: %.1f ms, %.1f%% of one CPU" % (total / 1e6, 100 * total / 1e9 / secs))
-' "$ids" "$2"
+print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total / 1e6, 100 * total / 1e9 / secs, total / 1e3 / int(sys.argv[3])))
+' "$ids" "$2" "$REQUESTS"
 }
 
 # run MODE: prints "requests/s load-before load-after" of one run.
@@ -103,7 +103,7 @@ run() {
 		local secs
 		secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' "$work/load.json")
 		awk -v c="$(($(proc_cpu "$rec") - cpu0))" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
-			'BEGIN{printf "    recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU)\n", c/hz, s, 100*c/hz/s}' >&2
+			-v n="$REQUESTS" 'BEGIN{printf "    recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU), %.2f ms per request\n", c/hz, s, 100*c/hz/s, 1000*c/hz/n}' >&2
 		if [ "${BPF_STATS:-0}" = 1 ]; then
 			sysctl -qw kernel.bpf_stats_enabled=0
 			bpf_cost "$rec" "$secs" >&2
