@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -145,6 +146,7 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 	go func() {
 		defer t.wg.Done()
 		charge := time.NewTicker(time.Second)
+		passes := 0
 		defer charge.Stop()
 		prune := time.NewTicker(*f.spanPeriod)
 		defer prune.Stop()
@@ -154,7 +156,13 @@ func startTracing(st *store.Store, f tracingFlags, logf func(string, ...any)) (*
 				return
 			case <-charge.C:
 				if t.acct != nil {
-					if _, err := requests.Account(ctx, st, t.acct, time.Now().UnixNano()); err != nil && ctx.Err() == nil {
+					// Recent spans every second, all pending ones now and then.
+					passes++
+					lookback := int64(requests.RecentLookback)
+					if passes%30 == 0 {
+						lookback = math.MaxInt64
+					}
+					if _, err := requests.AccountRecent(ctx, st, t.acct, time.Now().UnixNano(), lookback); err != nil && ctx.Err() == nil {
 						logf("accounting: %v", err)
 					}
 				}

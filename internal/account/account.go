@@ -445,7 +445,7 @@ func (a *Accountant) flush() error {
 		if n == len(hs) {
 			delete(a.held, t)
 		} else if n > 0 {
-			a.held[t] = slices.Clone(hs[n:])
+			a.held[t] = hs[n:] // appends move it to a new array in time
 		}
 	}
 	a.mu.Unlock()

@@ -33,11 +33,24 @@ const accountLookback = 10 * 60 * 1_000_000_000
 // children that ran on the same thread. It writes span_accounting and
 // returns how many spans it charged.
 func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int, error) {
+	return AccountRecent(ctx, st, tr, nowNs, accountLookback)
+}
+
+// RecentLookback is what a frequent accounting pass looks back over: a
+// span is received after it ended, and chargeable within a couple of
+// seconds of that while the accountant keeps committing; a pass that
+// looks back the whole accountLookback now and then catches the rest.
+const RecentLookback = 60 * 1_000_000_000
+
+// AccountRecent is Account over the spans received in the last lookback
+// ns: the pass's queries cost with what they look back over.
+func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, lookback int64) (int, error) {
+	lookback = min(lookback, accountLookback)
 	limit := tr.Watermark() - AccountGrace
 	pending, err := st.Query(ctx, fmt.Sprintf(`SELECT s.trace_id, s.span_id, s.host, s.pid, s.tid, s.start_ns, s.end_ns
 		FROM spans s ANTI JOIN span_accounting a USING (trace_id, span_id)
 		WHERE s.tid IS NOT NULL AND s.pid IS NOT NULL AND s.end_ns < %d AND s.received_ns > %d
-		ORDER BY s.host, s.pid, s.tid, s.start_ns`, limit, nowNs-accountLookback))
+		ORDER BY s.host, s.pid, s.tid, s.start_ns`, limit, nowNs-lookback))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
@@ -66,18 +79,24 @@ func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int
 	window := fmt.Sprintf(`SELECT s.host, s.pid, s.tid, min(s.start_ns) AS lo, max(s.end_ns) AS hi
 		FROM spans s ANTI JOIN span_accounting a USING (trace_id, span_id)
 		WHERE s.tid IS NOT NULL AND s.pid IS NOT NULL AND s.end_ns < %d AND s.received_ns > %d GROUP BY ALL`,
-		limit, nowNs-accountLookback)
-	acts, err := st.Query(ctx, `WITH w AS (`+window+`)
+		limit, nowNs-lookback)
+	// Constant bounds too, so the scan skips the table's older blocks.
+	lo, hi := i64(pending.Rows[0][5]), i64(pending.Rows[0][6])
+	for _, r := range pending.Rows {
+		lo, hi = min(lo, i64(r[5])), max(hi, i64(r[6]))
+	}
+	acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
 		SELECT t.host, t.pid, t.tid, t.kind, t.start_ns, t.end_ns, coalesce(t.wake_ns, 0), t.kstack, coalesce(t.bytes, 0)
 		FROM thread_activity t JOIN w ON t.host = w.host AND t.pid = w.pid AND t.tid = w.tid
-		WHERE t.end_ns >= w.lo AND t.start_ns < w.hi ORDER BY t.host, t.pid, t.tid, t.start_ns`)
+		WHERE t.end_ns >= w.lo AND t.start_ns < w.hi AND t.end_ns >= %d AND t.start_ns < %d
+		ORDER BY t.host, t.pid, t.tid, t.start_ns`, lo, hi))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
-	kids, err := st.Query(ctx, `WITH w AS (`+window+`)
+	kids, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
 		SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
 		FROM spans c JOIN w ON c.host = w.host AND c.pid = w.pid AND c.tid = w.tid
-		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > w.lo AND c.start_ns < w.hi`)
+		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > w.lo AND c.start_ns < w.hi AND c.end_ns > %d AND c.start_ns < %d`, lo, hi))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
