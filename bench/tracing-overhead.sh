@@ -36,8 +36,8 @@ SERVICE_CPUS=${SERVICE_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
 [ "$(nproc)" -ge 2 ] || { SERVICE_CPUS=0 CLIENT_CPUS=0; }
 go build -o "$work/demo" ./internal/requests/testdata/demo
-base=$((20000 + $$ % 20000))
-grpc=127.0.0.1:$base front=127.0.0.1:$((base + 1)) middle=127.0.0.1:$((base + 2)) storage=127.0.0.1:$((base + 3))
+# free_port: a loopback port nothing listens on now.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 service() { taskset -c "$SERVICE_CPUS" "$work/demo" "$@" >/dev/null 2>"$work/svc.log" & }
 
@@ -75,6 +75,8 @@ print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total
 # run MODE: prints "requests/s load-before load-after" of one run.
 run() {
 	local mode=$1 otlp=() pids=()
+	local grpc front middle storage
+	grpc=127.0.0.1:$(free_port) front=127.0.0.1:$(free_port) middle=127.0.0.1:$(free_port) storage=127.0.0.1:$(free_port)
 	if [ "$mode" = on ]; then
 		rm -rf "$work/data"
 		local acct=()
