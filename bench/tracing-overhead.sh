@@ -76,6 +76,8 @@ print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total
 run() {
 	local mode=$1 otlp=() pids=()
 	local grpc front middle storage
+	# This runs in a subshell: on any failure, take its processes down.
+	trap 'kill "${pids[@]}" 2>/dev/null; stop_recorder' EXIT
 	grpc=127.0.0.1:$(free_port) front=127.0.0.1:$(free_port) middle=127.0.0.1:$(free_port) storage=127.0.0.1:$(free_port)
 	if [ "$mode" = on ]; then
 		rm -rf "$work/data"
@@ -84,7 +86,7 @@ run() {
 		exe) acct=(--account-exe "$work/demo") ;;
 		off) acct=(--account=false) ;;
 		esac
-		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}"
+		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}" >/dev/null
 		otlp=(-otlp-grpc "$grpc")
 	fi
 	service storage -addr "$storage" -dir "$work" "${otlp[@]}"
