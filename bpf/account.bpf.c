@@ -186,12 +186,14 @@ struct {
 } acct_counters SEC(".maps");
 
 /*
- * Sleeps shorter than this get no kernel stack (set at load time): taking
- * the stack of a woken thread is most of what a tracked context switch
- * costs, and the many short waits (lock and channel hand-offs) say little
- * about where a request waited.
+ * Interruptible sleeps shorter than this get no kernel stack (set at load
+ * time): taking the stack of a woken thread is most of what a tracked
+ * context switch costs, and the many short waits on futexes, pipes and
+ * polls (a Go runtime parking its threads) say little about where a
+ * request waited. Uninterruptible sleeps (disk, page locks) always get it.
  */
 const volatile __u64 kstack_min_ns = 0;
+#define TASK_UNINTERRUPTIBLE_BIT 0x2
 
 /* Keeps the record layouts in BTF so bpf2go generates their Go types. */
 struct acct_event *unused_acct_event __attribute__((unused));
@@ -319,8 +321,25 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(account_exit, struct task_struct *p, bool group_dead)
 {
 	__u32 tgid = p->tgid;
+	struct thread_state *ts;
 	struct acct_event *e;
 
+	if (!is_tracked(tgid))
+		return 0;
+	/*
+	 * The exiting thread's last run: its final switch-out comes after
+	 * the process has left `tracked`.
+	 */
+	ts = bpf_task_storage_get(&threads, p, 0, 0);
+	if (ts && ts->on_ts) {
+		flush_dirty(p, ts);
+		if ((e = begin(ACCT_CPU, p))) {
+			e->start = ts->on_ts;
+			e->end = bpf_ktime_get_ns();
+			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+		}
+		ts->on_ts = 0;
+	}
 	if (!group_dead || bpf_map_delete_elem(&tracked, &tgid) != 0)
 		return 0;
 	if ((e = begin(ACCT_UNTRACK, p))) {
@@ -425,7 +444,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 				e->state = ts->state;
 				e->site = ts->site;
 				/* A sleeper's kernel stack is still where it slept. */
-				if (ts->state && now - ts->off_ts >= kstack_min_ns)
+				if ((ts->state & TASK_UNINTERRUPTIBLE_BIT) ||
+				    (ts->state && now - ts->off_ts >= kstack_min_ns))
 					e->kstack_bytes = bpf_get_task_stack(next, e->kstack, sizeof(e->kstack), 0);
 				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 			}

@@ -42,7 +42,7 @@ func TestAccountsOneThreadExactly(t *testing.T) {
 	defer flusher.Wait()
 	defer toFlusher.Close()
 	st := openStore(t)
-	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond})
+	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond, KStackMin: -1})
 	if err := a.Track(uint32(os.Getpid())); err != nil {
 		t.Fatal(err)
 	}
