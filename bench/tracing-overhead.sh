@@ -1,55 +1,181 @@
 #!/usr/bin/env bash
 # Overhead of request tracing plus kernel accounting on the demo system's
-# throughput (Stardust Table 3: under 6%). Each pair runs the demo system
-# (client load → front → middle → storage) once without any tracing backend
-# and once exporting OTLP to `holter record` (which accounts the services'
-# threads), in alternating order, and prints each ratio and their median.
+# throughput, holter on versus off (Stardust Table 3: under 6%).
 #
-#   sudo bench/tracing-overhead.sh [pairs] [seconds]
-set -euo pipefail
-cd "$(dirname "$0")/.."
-pairs=${1:-5}
-secs=${2:-5}
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-go build -o "$work/holter" ./cmd/holter
+# A round runs the demo system (load client → front → middle, burning
+# $BURN of CPU per read → storage, O_DIRECT reads and fsynced batched
+# writes) twice, in alternating order: "off", the services instrumented
+# but exporting nowhere, no recorder; "on", `holter record` at its defaults
+# receiving their OTLP spans and accounting their threads from their exec
+# (--account-exe). Each run serves the same fixed number of requests
+# ($REQUESTS, after $WARMUP) from fresh processes; the services are pinned
+# to $SERVICE_CPUS and the load client to $CLIENT_CPUS (taskset), the
+# recorder is not pinned, so the machine's other work disturbs less. The
+# ratio of a round is on/off throughput; over $ROUNDS rounds it prints the
+# median, the spread, a distribution-free confidence interval of the median
+# (order statistics, ≥ 95% where the rounds allow) and a bootstrap one,
+# and the load average around each run (the machine may be shared).
+#
+# In "on" runs it prints where the recorder's cost goes: its own CPU time
+# during the measured requests, and (BPF_STATS=1, which enables
+# kernel.bpf_stats_enabled meanwhile) the run time of the BPF programs it
+# loaded, per program. HOLTER_ARGS adds recorder flags, e.g. "--vitals cpu"
+# to measure tracing and accounting with the least of the vitals.
+# ACCOUNT=exe (default) accounts the demo from exec, ACCOUNT=spans from its
+# first spans (the warm-up), ACCOUNT=off not at all (tracing alone).
+#
+#   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
+source "$(dirname "$0")/lib.sh"
+trap 'kill $(jobs -p) 2>/dev/null; stop_recorder; rm -rf "$work"' EXIT
+ROUNDS=${ROUNDS:-9}
+REQUESTS=${REQUESTS:-3000}
+WARMUP=${WARMUP:-300}
+CONC=${CONC:-4}
+BURN=${BURN:-2ms}
+SERVICE_CPUS=${SERVICE_CPUS:-0}
+CLIENT_CPUS=${CLIENT_CPUS:-1}
+[ "$(nproc)" -ge 2 ] || { SERVICE_CPUS=0 CLIENT_CPUS=0; }
 go build -o "$work/demo" ./internal/requests/testdata/demo
+# free_port: a loopback port nothing listens on now.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# run MODE: prints requests/s of one load run.
-run() {
-	local mode=$1 otlp=() rec=
-	if [ "$mode" = on ]; then
-		"$work/holter" record --data "$work/data" --epoch 1s --api "" --otlp-grpc 127.0.0.1:24317 --otlp-http 127.0.0.1:24318 2>"$work/rec.log" &
-		rec=$!
-		until grep -q "OTLP receivers" "$work/rec.log" 2>/dev/null; do sleep 0.2; done
-		otlp=(-otlp-grpc 127.0.0.1:24317)
-	fi
-	"$work/demo" storage -addr 127.0.0.1:28003 -dir "$work" "${otlp[@]}" >/dev/null 2>&1 &
-	local s=$!
-	"$work/demo" middle -addr 127.0.0.1:28002 -storage http://127.0.0.1:28003 -burn 2ms "${otlp[@]}" >/dev/null 2>&1 &
-	local m=$!
-	"$work/demo" front -addr 127.0.0.1:28001 -middle http://127.0.0.1:28002 "${otlp[@]}" >/dev/null 2>&1 &
-	local f=$!
-	sleep 1
-	# Warm-up: the services' processes become accounted.
-	"$work/demo" load -front http://127.0.0.1:28001 -duration 2s -concurrency 4 "${otlp[@]}" >/dev/null
-	sleep 1
-	"$work/demo" load -front http://127.0.0.1:28001 -duration "${secs}s" -concurrency 4 "${otlp[@]}" |
-		sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p'
-	kill $s $m $f
-	wait $s $m $f 2>/dev/null || true
-	if [ -n "$rec" ]; then
-		kill -INT $rec
-		wait $rec 2>/dev/null || true
-		rm -rf "$work/data"
-	fi
+service() { taskset -c "$SERVICE_CPUS" "$work/demo" "$@" >/dev/null 2>"$work/svc.log" & }
+
+wait_port() {
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "service on $1 did not start: $(cat "$work/svc.log")" >&2
+	exit 1
 }
 
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# proc_cpu PID: its user + system time in clock ticks.
+proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# bpf_cost PID SECONDS: run time of the BPF programs process PID holds
+# (its file descriptors' prog_id), per program and in all, as a share of
+# one CPU over SECONDS.
+bpf_cost() {
+	local ids
+	ids=$(cat /proc/"$1"/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -u | tr '\n' ' ')
+	bpftool -j prog show | python3 -c '
+import json, sys
+ids, secs = {int(x) for x in sys.argv[1].split()}, float(sys.argv[2])
+progs = [p for p in json.load(sys.stdin) if p["id"] in ids and p.get("run_cnt")]
+total = sum(p["run_time_ns"] for p in progs)
+for p in sorted(progs, key=lambda p: -p["run_time_ns"])[:8]:
+    print("    bpf %-22s %9d calls %6.0f ns/call %7.1f ms" % (p["name"], p["run_cnt"], p["run_time_ns"] / p["run_cnt"], p["run_time_ns"] / 1e6))
+print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total / 1e6, 100 * total / 1e9 / secs, total / 1e3 / int(sys.argv[3])))
+' "$ids" "$2" "$REQUESTS"
+}
+
+# run MODE: prints "requests/s load-before load-after" of one run.
+run() {
+	local mode=$1 otlp=() pids=()
+	local grpc front middle storage
+	# This runs in a subshell: on any failure, take its processes down.
+	trap 'kill "${pids[@]}" 2>/dev/null; stop_recorder' EXIT
+	grpc=127.0.0.1:$(free_port) front=127.0.0.1:$(free_port) middle=127.0.0.1:$(free_port) storage=127.0.0.1:$(free_port)
+	if [ "$mode" = on ]; then
+		rm -rf "$work/data"
+		local acct=()
+		case ${ACCOUNT:-exe} in
+		exe) acct=(--account-exe "$work/demo") ;;
+		off) acct=(--account=false) ;;
+		esac
+		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}" >/dev/null
+		otlp=(-otlp-grpc "$grpc")
+	fi
+	service storage -addr "$storage" -dir "$work" "${otlp[@]}"
+	pids+=($!)
+	service middle -addr "$middle" -storage "http://$storage" -burn "$BURN" "${otlp[@]}"
+	pids+=($!)
+	service front -addr "$front" -middle "http://$middle" "${otlp[@]}"
+	pids+=($!)
+	for a in "$storage" "$middle" "$front"; do wait_port "$a"; done
+	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null
+	local before after cpu0=0
+	[ "$mode" = on ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
+	before=$(load1)
+	[ "$mode" = on ] && cpu0=$(proc_cpu "$rec")
+	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
+	after=$(load1)
+	if [ "$mode" = on ]; then
+		local secs
+		secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' "$work/load.json")
+		awk -v c="$(($(proc_cpu "$rec") - cpu0))" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
+			-v n="$REQUESTS" 'BEGIN{printf "    recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU), %.2f ms per request\n", c/hz, s, 100*c/hz/s, 1000*c/hz/n}' >&2
+		if [ "${BPF_STATS:-0}" = 1 ]; then
+			sysctl -qw kernel.bpf_stats_enabled=0
+			bpf_cost "$rec" "$secs" >&2
+		fi
+	fi
+	kill "${pids[@]}"
+	wait "${pids[@]}" 2>/dev/null || true
+	[ "$mode" = on ] && stop_recorder
+	grep -q '"errors": 0' "$work/load.json" || { echo "requests failed: $(cat "$work/load.json")" >&2; exit 1; }
+	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after"
+}
+
+echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
+	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
 ratios=()
-for i in $(seq "$pairs"); do
-	if ((i % 2)); then off=$(run off); on=$(run on); else on=$(run on); off=$(run off); fi
-	r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.3f", a/b}')
-	echo "pair $i: off $off req/s, on $on req/s, on/off $r"
+for i in $(seq "$ROUNDS"); do
+	if ((i % 2)); then
+		read -r off ob oa < <(run off)
+		read -r on nb na < <(run on)
+	else
+		read -r on nb na < <(run on)
+		read -r off ob oa < <(run off)
+	fi
+	r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.4f", a/b}')
+	echo "round $i: off $off req/s (load $ob→$oa), on $on req/s (load $nb→$na), on/off $r"
 	ratios+=("$r")
 done
-printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END{m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "median on/off throughput %.3f (overhead %.1f%%), spread %s..%s over %d pairs\n", m, (1-m)*100, a[1], a[NR], NR}'
+
+# Median, spread, order-statistic and bootstrap 95% intervals of the median.
+printf '%s\n' "${ratios[@]}" | sort -g | awk '
+function sift(a, i, n,   c, t) {
+	while ((c = 2 * i) <= n) {
+		if (c < n && a[c+1] > a[c]) c++
+		if (a[i] >= a[c]) return
+		t = a[i]; a[i] = a[c]; a[c] = t; i = c
+	}
+}
+function heapsort(a, n,   i, t) {
+	for (i = int(n / 2); i >= 1; i--) sift(a, i, n)
+	for (i = n; i > 1; i--) { t = a[1]; a[1] = a[i]; a[i] = t; sift(a, 1, i - 1) }
+}
+function median(v, n,   s, i, j, t) {
+	for (i = 1; i <= n; i++) s[i] = v[i]
+	for (i = 2; i <= n; i++) { t = s[i]; for (j = i - 1; j >= 1 && s[j] > t; j--) s[j+1] = s[j]; s[j+1] = t }
+	return (n % 2) ? s[(n+1)/2] : (s[n/2] + s[n/2+1]) / 2
+}
+{ x[NR] = $1 }
+END {
+	n = NR
+	m = median(x, n)
+	# P(Bin(n, 1/2) < k): [x(k), x(n-k+1)] covers the median with 1 - 2 P.
+	k = 1; cov = 1 - 2 * 0.5^n
+	c = 1; tail = 0.5^n
+	for (j = 1; j < n / 2; j++) {
+		c = c * (n - j + 1) / j; t = tail + c * 0.5^n
+		if (1 - 2 * t < 0.95) break
+		tail = t; k = j + 1; cov = 1 - 2 * tail
+	}
+	srand(1)
+	for (b = 1; b <= 4000; b++) {
+		for (i = 1; i <= n; i++) y[i] = x[int(rand() * n) + 1]
+		bm[b] = median(y, n)
+	}
+	heapsort(bm, 4000)
+	printf "median on/off throughput %.4f: overhead %.1f%%; spread %.4f..%.4f over %d rounds\n", m, (1 - m) * 100, x[1], x[n], n
+	printf "  order-statistic interval of the median [x(%d), x(%d)] = %.4f..%.4f (coverage %.1f%%): overhead %.1f%%..%.1f%%\n",
+		k, n - k + 1, x[k], x[n-k+1], cov * 100, (1 - x[n-k+1]) * 100, (1 - x[k]) * 100
+	printf "  bootstrap 95%% interval of the median %.4f..%.4f: overhead %.1f%%..%.1f%%\n",
+		bm[100], bm[3900], (1 - bm[3900]) * 100, (1 - bm[100]) * 100
+}'
+echo "load average now $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs (other users' work shares the machine)"

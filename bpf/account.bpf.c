@@ -16,14 +16,28 @@
  *                user-space PC at kernel entry (the blck vital's site) and
  *                the top of the kernel stack it slept in
  *   ACCT_IO      a block request the thread submitted, issue .. completion
+ *   ACCT_WRITEBACK  a block write of a file a tracked thread dirtied, that
+ *                someone else (a kernel flusher) submitted: charged to the
+ *                thread that last dirtied the file (by inode), with when
+ *   ACCT_DIRTY   page cache the thread dirtied in one file, first .. last
+ *                dirtying in one run on a CPU (bytes newly made dirty)
+ *   ACCT_TRACK / ACCT_UNTRACK  a process began to be tracked from the
+ *                kernel side (exec of a matching program, fork of a tracked
+ *                process) or ended
  *
  * Records are submitted without waking the reader, which polls (a
  * wake-up per context switch would cost more than the record).
  *
+ * Processes enter `tracked` from user space (spans named them) or here:
+ * at exec when the new program's name is in `match_comm` or its file in
+ * `match_exe`, and at fork when the parent is tracked, so the first
+ * requests of a process started after the recorder are accounted. They
+ * leave it when their last thread exits.
+ *
  * It is a separate object from the vitals: user space attaches it only
- * while some process is tracked, so a recorder that accounts nothing pays
- * nothing; while attached, an untracked context switch costs two hash
- * lookups on the tgid.
+ * while some process is tracked or some match rule is set, so a recorder
+ * that accounts nothing pays nothing; while attached, an untracked context
+ * switch costs two hash lookups on the tgid.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -33,11 +47,19 @@
 #define ACCT_KSTACK 12
 #define MAX_TRACKED 1024
 #define MAX_IO_INFLIGHT 4096
+#define MAX_MATCH 64
+#define MAX_DIRTY_FILES 8192
+#define PAGE_BYTES 4096
+#define FLAG_PG_HEAD (1UL << 6)
 
 enum acct_kind {
 	ACCT_CPU = 1,
 	ACCT_OFFCPU = 2,
 	ACCT_IO = 3,
+	ACCT_WRITEBACK = 4,
+	ACCT_DIRTY = 5,
+	ACCT_TRACK = 6,
+	ACCT_UNTRACK = 7,
 };
 
 struct acct_event {
@@ -47,12 +69,28 @@ struct acct_event {
 	__u32 state;        /* offcpu: task state at switch-out, 0 preempted; io: op */
 	__u64 start;        /* kernel monotonic ns */
 	__u64 end;
-	__u64 wake;         /* offcpu: woken at, 0 if preempted or not seen */
-	__u64 site;         /* offcpu: user PC at kernel entry; io: device */
-	__u64 bytes;        /* io: bytes requested */
+	__u64 wake;         /* offcpu: woken at, 0 if preempted or not seen;
+	                       writeback: when the thread last dirtied the file */
+	__u64 site;         /* offcpu: user PC at kernel entry; io, writeback, dirty: device */
+	__u64 bytes;        /* io, writeback: bytes requested; dirty: bytes dirtied */
+	__u64 ino;          /* writeback, dirty: the file's inode */
 	__s32 kstack_bytes; /* offcpu: < 0 error, 0 none */
 	__u32 pad;
 	__u64 kstack[ACCT_KSTACK];
+};
+
+/* A file, as the kernel names it: super block device and inode number. */
+struct file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* The tracked thread that last dirtied a file's pages, and when. */
+struct dirtier {
+	__u32 pid;
+	__u32 tid;
+	__u64 ts;
 };
 
 /* Per CPU: records written, and records the ring buffer had no room for. */
@@ -60,6 +98,7 @@ struct acct_stats {
 	__u64 events;
 	__u64 lost;
 	__u64 io_lost;      /* submissions the in-flight map had no room for */
+	__u64 refused;      /* processes to track the tracked map had no room for */
 };
 
 struct thread_state {
@@ -69,6 +108,13 @@ struct thread_state {
 	__u64 site;
 	__u32 state;
 	__u32 pad;
+	/* page cache dirtied in the current run, not yet submitted */
+	__u64 dirty_ino;
+	__u64 dirty_bytes;
+	__u64 dirty_first;
+	__u64 dirty_last;
+	__u32 dirty_dev;
+	__u32 pad2;
 };
 
 struct io_start {
@@ -78,6 +124,8 @@ struct io_start {
 	__u32 tid;
 	__u32 op;
 	__u32 dev;
+	__u64 ino;        /* writeback: the file */
+	__u64 dirtied;    /* writeback: when the charged thread last dirtied it; 0 = own I/O */
 };
 
 struct {
@@ -86,6 +134,29 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } tracked SEC(".maps");
+
+/* Program names (comm, 16 bytes, NUL padded) tracked from exec. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_MATCH);
+	__type(key, char[16]);
+	__type(value, __u32);
+} match_comm SEC(".maps");
+
+/* Executable files tracked from exec. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_MATCH);
+	__type(key, struct file_key);
+	__type(value, __u32);
+} match_exe SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_DIRTY_FILES);
+	__type(key, struct file_key);
+	__type(value, struct dirtier);
+} dirtiers SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -104,7 +175,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
+	__uint(max_entries, 16 << 20);
 } acct_events SEC(".maps");
 
 struct {
@@ -113,6 +184,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct acct_stats);
 } acct_counters SEC(".maps");
+
+/*
+ * Interruptible sleeps shorter than this get no kernel stack (set at load
+ * time): taking the stack of a woken thread is most of what a tracked
+ * context switch costs, and the many short waits on futexes, pipes and
+ * polls (a Go runtime parking its threads) say little about where a
+ * request waited. Uninterruptible sleeps (disk, page locks) always get it.
+ */
+const volatile __u64 kstack_min_ns = 0;
+#define TASK_UNINTERRUPTIBLE_BIT 0x2
 
 /* Keeps the record layouts in BTF so bpf2go generates their Go types. */
 struct acct_event *unused_acct_event __attribute__((unused));
@@ -143,9 +224,169 @@ static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *
 	e->wake = 0;
 	e->site = 0;
 	e->bytes = 0;
+	e->ino = 0;
 	e->kstack_bytes = 0;
 	e->pad = 0;
 	return e;
+}
+
+static __always_inline struct acct_stats *counters(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&acct_counters, &zero);
+}
+
+/* Submits the page cache t dirtied in its current run, if any. */
+static __always_inline void flush_dirty(struct task_struct *t, struct thread_state *ts)
+{
+	struct acct_event *e;
+
+	if (!ts->dirty_bytes)
+		return;
+	if ((e = begin(ACCT_DIRTY, t))) {
+		e->start = ts->dirty_first;
+		e->end = ts->dirty_last;
+		e->bytes = ts->dirty_bytes;
+		e->site = ts->dirty_dev;
+		e->ino = ts->dirty_ino;
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	}
+	ts->dirty_bytes = 0;
+}
+
+/*
+ * Tracks process tgid from now on, and tells user space since when.
+ * running: t is the current task, on a CPU since now as far as accounting
+ * goes (at exec), rather than to be switched in (a forked child).
+ */
+static __always_inline void track(struct task_struct *t, bool running)
+{
+	__u32 tgid = t->tgid, one = 1;
+	struct thread_state *ts;
+	struct acct_event *e;
+	struct acct_stats *st;
+	__u64 now;
+
+	if (bpf_map_update_elem(&tracked, &tgid, &one, BPF_NOEXIST) != 0) {
+		if (!is_tracked(tgid) && (st = counters()))
+			st->refused++;
+		return;
+	}
+	now = bpf_ktime_get_ns();
+	if (running && (ts = bpf_task_storage_get(&threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE))) {
+		ts->on_ts = now;
+		ts->off_ts = 0;
+	}
+	if ((e = begin(ACCT_TRACK, t))) {
+		e->start = e->end = now;
+		bpf_ringbuf_submit(e, 0);
+	}
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(account_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	struct file_key fk = {};
+	char comm[16] = {};
+	struct inode *ino;
+
+	if (is_tracked(p->tgid))
+		return 0;
+	bpf_probe_read_kernel_str(comm, sizeof(comm), p->comm);
+	if (bpf_map_lookup_elem(&match_comm, comm)) {
+		track(p, true);
+		return 0;
+	}
+	ino = BPF_CORE_READ(bprm, file, f_inode);
+	if (!ino)
+		return 0;
+	fk.ino = BPF_CORE_READ(ino, i_ino);
+	fk.dev = BPF_CORE_READ(ino, i_sb, s_dev);
+	if (bpf_map_lookup_elem(&match_exe, &fk))
+		track(p, true);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(account_fork, struct task_struct *parent, struct task_struct *child)
+{
+	/* A new process (not a thread) of a tracked one is tracked too. */
+	if (child->pid == child->tgid && is_tracked(parent->tgid))
+		track(child, false);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(account_exit, struct task_struct *p, bool group_dead)
+{
+	__u32 tgid = p->tgid;
+	struct thread_state *ts;
+	struct acct_event *e;
+
+	if (!is_tracked(tgid))
+		return 0;
+	/*
+	 * The exiting thread's last run: its final switch-out comes after
+	 * the process has left `tracked`.
+	 */
+	ts = bpf_task_storage_get(&threads, p, 0, 0);
+	if (ts && ts->on_ts) {
+		flush_dirty(p, ts);
+		if ((e = begin(ACCT_CPU, p))) {
+			e->start = ts->on_ts;
+			e->end = bpf_ktime_get_ns();
+			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+		}
+		ts->on_ts = 0;
+	}
+	if (!group_dead || bpf_map_delete_elem(&tracked, &tgid) != 0)
+		return 0;
+	if ((e = begin(ACCT_UNTRACK, p))) {
+		e->start = e->end = bpf_ktime_get_ns();
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	}
+	return 0;
+}
+
+/* A folio of a file became dirty; the writer is the current task. */
+SEC("tp_btf/writeback_dirty_folio")
+int BPF_PROG(account_dirty, struct folio *folio, struct address_space *mapping)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_state *ts;
+	struct file_key fk = {};
+	struct dirtier d = {};
+	struct inode *host;
+	__u64 bytes = PAGE_BYTES, now;
+
+	if (!is_tracked(task->tgid) || !mapping)
+		return 0;
+	host = mapping->host;
+	if (!host)
+		return 0;
+	fk.ino = host->i_ino;
+	fk.dev = BPF_CORE_READ(host, i_sb, s_dev);
+	if (folio->flags.f & FLAG_PG_HEAD)
+		bytes = (__u64)folio->_nr_pages * PAGE_BYTES;
+	now = bpf_ktime_get_ns();
+	d.pid = task->tgid;
+	d.tid = task->pid;
+	d.ts = now;
+	bpf_map_update_elem(&dirtiers, &fk, &d, BPF_ANY);
+	ts = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ts)
+		return 0;
+	if (ts->dirty_bytes && (ts->dirty_ino != fk.ino || ts->dirty_dev != fk.dev))
+		flush_dirty(task, ts);
+	if (!ts->dirty_bytes) {
+		ts->dirty_ino = fk.ino;
+		ts->dirty_dev = fk.dev;
+		ts->dirty_first = now;
+	}
+	ts->dirty_bytes += bytes;
+	ts->dirty_last = now;
+	return 0;
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -178,6 +419,7 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 				e->end = now;
 				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 			}
+			flush_dirty(prev, ts);
 			ts->on_ts = 0;
 			ts->off_ts = now;
 			ts->wake_ts = 0;
@@ -202,7 +444,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 				e->state = ts->state;
 				e->site = ts->site;
 				/* A sleeper's kernel stack is still where it slept. */
-				if (ts->state)
+				if ((ts->state & TASK_UNINTERRUPTIBLE_BIT) ||
+				    (ts->state && now - ts->off_ts >= kstack_min_ns))
 					e->kstack_bytes = bpf_get_task_stack(next, e->kstack, sizeof(e->kstack), 0);
 				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 			}
@@ -214,26 +457,58 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	return 0;
 }
 
+/* The file the first page of a block request belongs to, if any. */
+static __always_inline bool request_file(struct request *rq, struct file_key *fk)
+{
+	struct address_space *mapping = BPF_CORE_READ(rq, bio, bi_io_vec, bv_page, mapping);
+	struct inode *host;
+
+	/* anonymous and movable pages tag the low bits */
+	if (!mapping || ((unsigned long)mapping & 3))
+		return false;
+	host = BPF_CORE_READ(mapping, host);
+	if (!host)
+		return false;
+	fk->ino = BPF_CORE_READ(host, i_ino);
+	fk->dev = BPF_CORE_READ(host, i_sb, s_dev);
+	return fk->ino != 0;
+}
+
 static __always_inline void io_submitted(struct request *rq)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct io_start io = {};
 	__u64 key = (__u64)rq;
-	__u32 zero = 0;
+	struct acct_stats *st;
 
-	if (rq->__data_len == 0 || !is_tracked(task->tgid))
+	if (rq->__data_len == 0)
 		return;
+	io.op = rq->cmd_flags & 0xff;
+	if (is_tracked(task->tgid)) {
+		io.pid = task->tgid;
+		io.tid = task->pid;
+	} else {
+		/* Someone else writing a file a tracked thread dirtied: write-back. */
+		struct file_key fk = {};
+		struct dirtier *d;
+
+		if (io.op != REQ_OP_WRITE || !request_file(rq, &fk))
+			return;
+		d = bpf_map_lookup_elem(&dirtiers, &fk);
+		if (!d)
+			return;
+		io.pid = d->pid;
+		io.tid = d->tid;
+		io.dirtied = d->ts;
+		io.ino = fk.ino;
+	}
 	if (bpf_map_lookup_elem(&io_inflight, &key))
 		return; /* inserted, now issued: the submitter was seen at insertion */
 	io.ts = bpf_ktime_get_ns();
 	io.bytes = rq->__data_len;
-	io.pid = task->tgid;
-	io.tid = task->pid;
-	io.op = rq->cmd_flags & 0xff;
 	io.dev = rq->part ? rq->part->bd_dev : 0;
 	if (bpf_map_update_elem(&io_inflight, &key, &io, BPF_NOEXIST) != 0) {
-		struct acct_stats *st = bpf_map_lookup_elem(&acct_counters, &zero);
-		if (st)
+		if ((st = counters()))
 			st->io_lost++;
 	}
 }
@@ -274,7 +549,9 @@ int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsign
 	if (st)
 		st->events++;
 	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = ACCT_IO;
+	e->kind = io->dirtied ? ACCT_WRITEBACK : ACCT_IO;
+	e->wake = io->dirtied;
+	e->ino = io->ino;
 	e->pid = io->pid;
 	e->tid = io->tid;
 	e->state = io->op;

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"math"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,18 +22,24 @@ type tracingFlags struct {
 	grpcAddr, httpAddr *string
 	maxMessage         *int
 	account            *bool
+	accountComm        *string
+	accountExe         *string
+	accountFollow      *bool
 	retainSpans        *string
 	spanPeriod         *time.Duration
 }
 
 func addTracingFlags(fs *flag.FlagSet) tracingFlags {
 	return tracingFlags{
-		grpcAddr:    fs.String("otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`),
-		httpAddr:    fs.String("otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`),
-		maxMessage:  fs.Int("otlp-max-bytes", otlp.DefaultMaxMessageBytes, "largest OTLP export request accepted"),
-		account:     fs.Bool("account", true, "charge spans that carry thread.id with their thread's kernel activity (CPU, blocking, block I/O)"),
-		retainSpans: fs.String("retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all"),
-		spanPeriod:  fs.Duration("span-period", time.Minute, "period T of the rollups raw spans are reduced to, and how often pruning runs"),
+		grpcAddr:      fs.String("otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`),
+		httpAddr:      fs.String("otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`),
+		maxMessage:    fs.Int("otlp-max-bytes", otlp.DefaultMaxMessageBytes, "largest OTLP export request accepted"),
+		account:       fs.Bool("account", true, "charge spans that carry thread.id with their thread's kernel activity (CPU, blocking, block I/O, write-back)"),
+		accountComm:   fs.String("account-comm", "", "account processes of these program names (COMM[,COMM…], as in /proc/PID/comm) from their exec, so their first requests are charged too; and their children"),
+		accountExe:    fs.String("account-exe", "", "account processes running these executables (PATH[,PATH…]) from their exec, and their children"),
+		accountFollow: fs.Bool("account-follow", false, "also account, from their exec, new processes of each executable whose spans were received"),
+		retainSpans:   fs.String("retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all"),
+		spanPeriod:    fs.Duration("span-period", time.Minute, "period T of the rollups raw spans are reduced to, and how often pruning runs"),
 	}
 }
 
@@ -73,14 +82,29 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &tracing{cancel: cancel}
+	rules := *f.accountComm != "" || *f.accountExe != ""
+	if rules && !*f.account {
+		cancel()
+		return nil, usagef("--account-comm and --account-exe need --account")
+	}
 	if *f.account {
-		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf})
+		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf,
+			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
+			HoldUnnamed: holdUnnamed})
 		if err != nil {
+			if rules {
+				cancel()
+				return nil, fmt.Errorf("--account-comm/--account-exe: %w", err)
+			}
 			logf("request accounting unavailable, spans get no kernel costs: %v", err)
+		}
+		if t.acct != nil && rules {
+			logf("accounting processes of %s from their exec", strings.Trim(*f.accountComm+","+*f.accountExe, ","))
 		}
 	}
 	if t.acct != nil {
 		self := uint32(os.Getpid())
+		opts.OnThreads = t.acct.SpanThreads
 		opts.OnProcesses = func(pids []uint32) {
 			var others []uint32
 			for _, p := range pids {
@@ -124,6 +148,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 	go func() {
 		defer t.wg.Done()
 		charge := time.NewTicker(time.Second)
+		passes := 0
 		defer charge.Stop()
 		prune := time.NewTicker(*f.spanPeriod)
 		defer prune.Stop()
@@ -133,7 +158,13 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 				return
 			case <-charge.C:
 				if t.acct != nil {
-					if _, err := requests.Account(ctx, st, t.acct, time.Now().UnixNano()); err != nil && ctx.Err() == nil {
+					// Recent spans every second, all pending ones now and then.
+					passes++
+					lookback := int64(requests.RecentLookback)
+					if passes%30 == 0 {
+						lookback = math.MaxInt64
+					}
+					if _, err := requests.AccountRecent(ctx, st, t.acct, time.Now().UnixNano(), lookback); err != nil && ctx.Err() == nil {
 						logf("accounting: %v", err)
 					}
 				}
@@ -151,6 +182,23 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 		}
 	}()
 	return t, nil
+}
+
+// holdUnnamed is how long the recorder keeps the kernel intervals of a
+// thread no span has named: longer than an OpenTelemetry SDK's batch delay
+// (5 s by default), so a thread's first request, whose spans come after
+// it, is charged; threads that never carry a span are not stored.
+const holdUnnamed = 15 * time.Second
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func orOff(addr string) string {

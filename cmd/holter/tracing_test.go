@@ -111,21 +111,10 @@ func stopRecording(t *testing.T, r *recording) {
 // links them, weighted by bytes, plus an asynchronous index write-back).
 func TestDemoSystemRequestTracing(t *testing.T) {
 	testutil.RequireRoot(t)
-	bin := testutil.BuildHolter(t)
-	demo := buildDemo(t)
-	dir := t.TempDir()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0",
-		"--otlp-grpc", grpcAddr, "--otlp-http", httpAddr)
-	defer stopRecording(t, r)
-	select {
-	case <-r.started:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("recorder did not start:\n%s", r.log)
-	}
-	storage, spid := startService(t, demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
-	middle, mpid := startService(t, demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", "30ms", "-batch", "3")
-	front, fpid := startService(t, demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
+	d := startDemo(t, "30ms", "3")
+	defer stopRecording(t, d.r)
+	bin, demo, dir, httpAddr, r, front := d.bin, d.demo, d.dir, d.httpAddr, d.r, d.front
+	spid, mpid, fpid := d.pids[0], d.pids[1], d.pids[2]
 
 	// Spans name their process; holter follows its threads from then on.
 	runDemoClient(t, demo, front, httpAddr, "warmup", 1, 3)
@@ -164,35 +153,8 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
-	path := func(id string) *requests.Path {
-		t.Helper()
-		out, errOut, code := runHolter(t, bin, "trace-path", "--data", dir, "--json", id)
-		if code != 0 {
-			t.Fatalf("trace-path %s: %s", id, errOut)
-		}
-		var p requests.Path
-		if err := json.Unmarshal([]byte(out), &p); err != nil {
-			t.Fatal(err)
-		}
-		return &p
-	}
-	find := func(n *requests.Node, service, op string) *requests.Node {
-		var found *requests.Node
-		var walk func(*requests.Node)
-		walk = func(x *requests.Node) {
-			if x.Service == service && x.Operation == op {
-				found = x
-			}
-			for _, c := range x.Children {
-				walk(c)
-			}
-		}
-		walk(n)
-		if found == nil {
-			t.Fatalf("no span %s %s in the path", service, op)
-		}
-		return found
-	}
+	path := func(id string) *requests.Path { return tracePath(t, bin, dir, id) }
+	find := func(n *requests.Node, service, op string) *requests.Node { return findSpan(t, n, service, op) }
 
 	blockedReads := 0
 	for _, q := range reads {
@@ -221,23 +183,8 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 		// The CPU middle burnt, by its own thread clock, is what the
 		// kernel's scheduling events charge its span.
 		mid := find(p.Roots[0], "middle", "middle get")
-		out, _, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv",
-			fmt.Sprintf(`SELECT attributes FROM spans WHERE span_id = '%s'`, mid.SpanID))
-		var attrs struct {
-			Burn int64 `json:"demo.burn_cpu_ns"`
-		}
-		csvField := strings.TrimSpace(out[strings.Index(out, "\n")+1:])
-		if err := json.Unmarshal([]byte(strings.ReplaceAll(strings.Trim(csvField, `"`), `""`, `"`)), &attrs); err != nil || attrs.Burn == 0 {
-			t.Fatalf("middle span attributes %q: %v", csvField, err)
-		}
+		burn := checkBurnCharged(t, bin, dir, q.TraceID, mid)
 		k := mid.Kernel
-		if k == nil || !k.Accounted {
-			t.Fatalf("read %s: middle span not accounted", q.TraceID)
-		}
-		if ratio := k.SelfCPUNs / float64(attrs.Burn); ratio < 0.9 || ratio > 1.1 {
-			t.Errorf("read %s: middle burnt %v of CPU, charged %v (ratio %.3f)", q.TraceID,
-				time.Duration(attrs.Burn), time.Duration(k.SelfCPUNs), ratio)
-		}
 		// Storage reads the disk: the block I/O it submitted, and, when
 		// the thread slept for it — an O_DIRECT read the device completes
 		// before the thread goes to sleep does not block — blocked time
@@ -253,7 +200,7 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 			}
 		}
 		t.Logf("read %s: middle burnt %v, charged cpu %v; storage blocked %v at %s, %v bytes of block I/O",
-			q.TraceID[:8], time.Duration(attrs.Burn), time.Duration(k.SelfCPUNs), time.Duration(st.BlockedNs), st.BlockedSites, st.IOBytes)
+			q.TraceID[:8], burn, time.Duration(k.SelfCPUNs), time.Duration(st.BlockedNs), st.BlockedSites, st.IOBytes)
 	}
 	if blockedReads*2 < len(reads) {
 		t.Errorf("only %d of %d storage reads were charged blocked time", blockedReads, len(reads))
@@ -344,4 +291,126 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 		t.Errorf("GET /api/traces/{id}/path: %v %v", err, resp.Status)
 	}
 	resp.Body.Close()
+}
+
+// demoSystem is a recorder and the demo's three services exporting to it.
+type demoSystem struct {
+	bin, demo, dir, httpAddr string
+	r                        *recording
+	front                    string
+	pids                     [3]int // storage, middle, front
+}
+
+// startDemo starts `holter record` (with extra flags; DEMO stands for the
+// demo binary's path), then storage, middle (burning burn per read,
+// batching batch writes) and front. The caller stops the recording.
+func startDemo(t *testing.T, burn, batch string, extra ...string) *demoSystem {
+	t.Helper()
+	d := &demoSystem{bin: testutil.BuildHolter(t), demo: buildDemo(t), dir: t.TempDir()}
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	d.httpAddr = httpAddr
+	args := []string{"--data", d.dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr}
+	for _, x := range extra {
+		args = append(args, strings.ReplaceAll(x, "DEMO", d.demo))
+	}
+	d.r = startRecord(t, d.bin, args...)
+	select {
+	case <-d.r.started:
+	case <-time.After(30 * time.Second):
+		stopRecording(t, d.r)
+		t.Fatalf("recorder did not start:\n%s", d.r.log)
+	}
+	storage, spid := startService(t, d.demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
+	middle, mpid := startService(t, d.demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", burn, "-batch", batch)
+	front, fpid := startService(t, d.demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
+	d.front, d.pids = front, [3]int{spid, mpid, fpid}
+	return d
+}
+
+func findSpan(t *testing.T, n *requests.Node, service, op string) *requests.Node {
+	t.Helper()
+	var found *requests.Node
+	var walk func(*requests.Node)
+	walk = func(x *requests.Node) {
+		if x.Service == service && x.Operation == op {
+			found = x
+		}
+		for _, c := range x.Children {
+			walk(c)
+		}
+	}
+	walk(n)
+	if found == nil {
+		t.Fatalf("no span %s %s in the path", service, op)
+	}
+	return found
+}
+
+// checkBurnCharged checks that the CPU middle burnt for a read, by its own
+// thread clock (the span's demo.burn_cpu_ns), is what the kernel's
+// scheduling events charge its span, within 10%; it returns the burn.
+func checkBurnCharged(t *testing.T, bin, dir, traceID string, mid *requests.Node) time.Duration {
+	t.Helper()
+	out, _, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv",
+		fmt.Sprintf(`SELECT attributes FROM spans WHERE span_id = '%s'`, mid.SpanID))
+	var attrs struct {
+		Burn int64 `json:"demo.burn_cpu_ns"`
+	}
+	csvField := strings.TrimSpace(out[strings.Index(out, "\n")+1:])
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(strings.Trim(csvField, `"`), `""`, `"`)), &attrs); err != nil || attrs.Burn == 0 {
+		t.Fatalf("middle span attributes %q: %v", csvField, err)
+	}
+	k := mid.Kernel
+	if k == nil || !k.Accounted {
+		t.Fatalf("read %s: middle span not accounted", traceID)
+	}
+	if ratio := k.SelfCPUNs / float64(attrs.Burn); ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("read %s: middle burnt %v of CPU, charged %v (ratio %.3f)", traceID,
+			time.Duration(attrs.Burn), time.Duration(k.SelfCPUNs), ratio)
+	}
+	return time.Duration(attrs.Burn)
+}
+
+// TestDemoFirstRequestAccountedFromExec: with --account-exe, the demo's
+// processes are accounted from their exec, so the very first request a
+// freshly started middle serves — whose spans are exported only after it
+// ended — is charged the CPU it burnt, and its write-back is followed.
+func TestDemoFirstRequestAccountedFromExec(t *testing.T) {
+	testutil.RequireRoot(t)
+	d := startDemo(t, "40ms", "1", "--budget", "off", "--account-exe", "DEMO")
+	defer stopRecording(t, d.r)
+	bin, demo, dir, httpAddr, r, front := d.bin, d.demo, d.dir, d.httpAddr, d.r, d.front
+	for _, pid := range d.pids {
+		if !strings.Contains(r.log.String(), fmt.Sprintf("accounting the threads of process %d (demo) from its start", pid)) {
+			// The line is written when the recorder next reads the ring.
+			time.Sleep(time.Second)
+			if !strings.Contains(r.log.String(), fmt.Sprintf("accounting the threads of process %d (demo) from its start", pid)) {
+				t.Fatalf("process %d is not accounted from its start:\n%s", pid, r.log)
+			}
+		}
+	}
+	// The first request of each service; no warm-up.
+	first := runDemoClient(t, demo, front, httpAddr, "carol", 1, 0)[0]
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, errOut, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv", fmt.Sprintf(`
+			SELECT count(*), count(*) FILTER (WHERE tid IS NOT NULL AND accounted IS NULL) FROM span_costs WHERE trace_id = '%s'`, first.TraceID))
+		last = fmt.Sprintf("stdout %q stderr %q", out, errOut)
+		if strings.Contains(out, "7,0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first request's spans not all stored and charged (count, uncharged): %s\n%s", last, r.log)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	p := tracePath(t, bin, "--data", dir, first.TraceID)
+	mid := findSpan(t, p.Roots[0], "middle", "middle get")
+	burn := checkBurnCharged(t, bin, dir, first.TraceID, mid)
+	st := findSpan(t, p.Roots[0], "storage", "storage read").Kernel
+	if st == nil || !st.Accounted || st.IOBytes < 64<<10 {
+		t.Errorf("first read: storage read charged %+v, want ≥ 64 KiB of block I/O", st)
+	}
+	t.Logf("first request %s: middle burnt %v, charged %v; storage %v bytes of block I/O", first.TraceID[:8], burn,
+		time.Duration(mid.Kernel.SelfCPUNs), st.IOBytes)
 }

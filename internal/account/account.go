@@ -1,16 +1,17 @@
 package account
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/holter-dev/holter/internal/clock"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -36,10 +37,38 @@ type Options struct {
 	// Write commits intervals; *store.Store's WriteThreadActivity.
 	Write func(context.Context, []store.ThreadActivity) error
 	// FlushEvery is how often intervals are read from the kernel and
-	// committed (default 500 ms).
+	// committed (default 1 s).
 	FlushEvery time.Duration
 	Logf       func(format string, args ...any)
+	// Comms and Exes name processes to account from their start: a
+	// process is tracked when it execs a program of one of these names
+	// (as /proc/PID/comm shows it, at most 15 bytes) or one of these
+	// executable files, and so are the processes it forks. Ones already
+	// running when New is called are tracked from then.
+	Comms, Exes []string
+	// FollowExes also tracks, from their exec, new processes of every
+	// executable whose processes were tracked through Track (their spans).
+	FollowExes bool
+	// KStackMin: interruptible sleeps shorter than this are recorded
+	// without the kernel stack they slept in (default DefaultKStackMin;
+	// negative: every one has it). Uninterruptible ones (disk I/O, page
+	// locks) always have it.
+	KStackMin time.Duration
+	// HoldUnnamed, when positive, keeps the intervals of a thread that no
+	// span has named yet (SpanThreads) in memory for this long: they are
+	// written when a span names the thread, else dropped (Stats.Dropped),
+	// so the store fills with the threads that serve requests, not with
+	// runtime and client threads. Zero writes every interval.
+	HoldUnnamed time.Duration
 }
+
+// DefaultKStackMin is the shortest interruptible sleep whose kernel stack
+// is recorded, the blck vital's default threshold. Taking the stack is
+// most of the cost of a tracked context switch (on the demo system, 2.2 µs
+// a switch with a stack for every sleep over 20 µs, 0.5 µs without), and
+// the many shorter waits on futexes and polls say little about where a
+// request waited; their time is still counted, at site "unknown".
+const DefaultKStackMin = time.Millisecond
 
 // Stats counts what the accountant recorded since it started.
 type Stats struct {
@@ -50,6 +79,13 @@ type Stats struct {
 	IOLost    uint64 `json:"lost_io_submissions"`
 	Committed uint64 `json:"committed_intervals"`
 	Attached  bool   `json:"attached"`
+	// FromExec counts the processes tracked by the kernel side, at exec
+	// or fork, before any span of theirs arrived.
+	FromExec uint64 `json:"tracked_from_exec"`
+	// Rules is how many program names and executables are matched at exec.
+	Rules int `json:"exec_rules"`
+	// Dropped counts intervals of threads no span named (HoldUnnamed).
+	Dropped uint64 `json:"dropped_unnamed_intervals"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -64,6 +100,15 @@ type Accountant struct {
 	mu    sync.Mutex
 	links []link.Link
 	since map[uint32]int64 // pid → wall ns its accounting began
+	// exited: pid → wall ns it exited. It keeps its since, so the spans it
+	// exported last (at exit) are still accounted.
+	exited map[uint32]int64
+	exes   map[accountFileKey]bool // executables matched at exec
+	rules  int
+	// named: threads spans named; held: intervals of the others, while
+	// HoldUnnamed lasts.
+	named map[[2]uint32]bool
+	held  map[[2]uint32][]heldEvent
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
@@ -76,7 +121,7 @@ func New(opts Options) (*Accountant, error) {
 		opts.Host, _ = os.Hostname()
 	}
 	if opts.FlushEvery <= 0 {
-		opts.FlushEvery = 500 * time.Millisecond
+		opts.FlushEvery = time.Second
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -87,8 +132,44 @@ func New(opts Options) (*Accountant, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	a := &Accountant{opts: opts, since: map[uint32]int64{}}
-	if err := loadAccountObjects(&a.objs, nil); err != nil {
+	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
+		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{}}
+	var comms []string
+	for _, c := range opts.Comms {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if len(c) > 15 {
+			return nil, fmt.Errorf("account: program name %q is longer than the 15 bytes the kernel keeps of it (see /proc/PID/comm)", c)
+		}
+		comms = append(comms, c)
+	}
+	var exes []accountFileKey
+	for _, path := range opts.Exes {
+		if path = strings.TrimSpace(path); path == "" {
+			continue
+		}
+		k, err := fileKey(path)
+		if err != nil {
+			return nil, fmt.Errorf("account: executable %w", err)
+		}
+		exes = append(exes, k)
+	}
+	if len(comms)+len(exes) > maxRules {
+		return nil, fmt.Errorf("account: %d program names and executables to match, at most %d", len(comms)+len(exes), maxRules)
+	}
+	spec, err := loadAccount()
+	if err != nil {
+		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	kmin := opts.KStackMin
+	if kmin == 0 {
+		kmin = DefaultKStackMin
+	}
+	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
+		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			return nil, fmt.Errorf("load accounting programs: %w (needs root, or CAP_BPF and CAP_PERFMON): %v", ErrPermission, err)
 		}
@@ -104,7 +185,92 @@ func New(opts Options) (*Accountant, error) {
 		opts.Logf("kernel symbols unavailable, blocking sites keep their addresses: %v", err)
 	}
 	a.watermark = time.Now().UnixNano()
+	for _, c := range comms {
+		var key [16]byte
+		copy(key[:], c)
+		if err := a.objs.MatchComm.Put(key, uint32(1)); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("account: match program name %q: %w", c, err)
+		}
+		a.rules++
+	}
+	for _, k := range exes {
+		if err := a.addExe(k); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	if a.rules > 0 {
+		// Attached from now on: a matching exec can come at any time.
+		if err := a.attach(); err != nil {
+			a.Close()
+			return nil, err
+		}
+		if err := a.Track(running(comms, exes)...); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	return a, nil
+}
+
+// maxRules is the size of the BPF maps of program names and executables.
+const maxRules = 64
+
+// fileKey names a file as the kernel does: its super block's device
+// (MKDEV encoding) and inode number.
+func fileKey(path string) (accountFileKey, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return accountFileKey{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return accountFileKey{}, fmt.Errorf("%s: not a regular file", path)
+	}
+	return accountFileKey{Ino: st.Ino, Dev: unix.Major(st.Dev)<<20 | unix.Minor(st.Dev)}, nil
+}
+
+// addExe matches executable k at exec; a.mu is held or a is not shared.
+func (a *Accountant) addExe(k accountFileKey) error {
+	if a.exes[k] {
+		return nil
+	}
+	if a.rules >= maxRules {
+		return fmt.Errorf("account: already %d program names and executables to match", maxRules)
+	}
+	if err := a.objs.MatchExe.Put(k, uint32(1)); err != nil {
+		return fmt.Errorf("account: match executable (inode %d): %w", k.Ino, err)
+	}
+	a.exes[k] = true
+	a.rules++
+	return nil
+}
+
+// running lists the processes already running one of the programs.
+func running(comms []string, exes []accountFileKey) []uint32 {
+	if len(comms)+len(exes) == 0 {
+		return nil
+	}
+	dirs, _ := os.ReadDir("/proc")
+	var pids []uint32
+	self := os.Getpid()
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		match := slices.Contains(comms, strings.TrimSuffix(string(comm), "\n"))
+		if !match && len(exes) > 0 {
+			if k, err := fileKey(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+				match = slices.Contains(exes, k)
+			}
+		}
+		if match {
+			pids = append(pids, uint32(pid))
+		}
+	}
+	return pids
 }
 
 // Track starts accounting the threads of pids (already tracked ones are
@@ -114,9 +280,13 @@ func (a *Accountant) Track(pids ...uint32) error {
 	defer a.mu.Unlock()
 	for _, pid := range pids {
 		if _, ok := a.since[pid]; ok {
-			continue
+			if _, gone := a.exited[pid]; !gone || !alive(pid) {
+				// Tracked, or exited and sending its last spans.
+				continue
+			}
+			delete(a.exited, pid) // the pid was reused
 		}
-		if len(a.since) >= MaxTracked {
+		if len(a.since)-len(a.exited) >= MaxTracked {
 			a.stats.Refused++
 			continue
 		}
@@ -125,6 +295,16 @@ func (a *Accountant) Track(pids ...uint32) error {
 		}
 		a.since[pid] = time.Now().UnixNano()
 		a.opts.Logf("accounting the threads of process %d", pid)
+		if a.opts.FollowExes {
+			if k, err := fileKey(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && !a.exes[k] {
+				if err := a.addExe(k); err != nil {
+					a.opts.Logf("%v", err)
+				} else {
+					exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+					a.opts.Logf("accounting new processes of %s from their exec", exe)
+				}
+			}
+		}
 	}
 	if len(a.since) > 0 && a.links == nil {
 		return a.attach()
@@ -133,7 +313,8 @@ func (a *Accountant) Track(pids ...uint32) error {
 }
 
 func (a *Accountant) attach() error {
-	progs := []*ebpf.Program{a.objs.AccountWakeup, a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue, a.objs.AccountIoComplete}
+	progs := []*ebpf.Program{a.objs.AccountWakeup, a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue,
+		a.objs.AccountIoComplete, a.objs.AccountExec, a.objs.AccountFork, a.objs.AccountExit, a.objs.AccountDirty}
 	for _, p := range progs {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
@@ -152,6 +333,11 @@ func (a *Accountant) detach() {
 	}
 	a.links = nil
 	a.stats.Attached = false
+}
+
+func alive(pid uint32) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // Since is when the accounting of pid began (wall ns), if it did.
@@ -176,13 +362,15 @@ func (a *Accountant) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.stats
-	s.Tracked = len(a.since)
+	s.Tracked = len(a.since) - len(a.exited)
+	s.Rules = a.rules
 	var per []accountAcctStats
 	if err := a.objs.AcctCounters.Lookup(uint32(0), &per); err == nil {
 		for _, c := range per {
 			s.Records += c.Events
 			s.Lost += c.Lost
 			s.IOLost += c.IoLost
+			s.Refused += c.Refused
 		}
 	}
 	return s
@@ -210,23 +398,60 @@ func (a *Accountant) Run(ctx context.Context) error {
 	}
 }
 
+// heldEvent is a record of a thread no span has named yet.
+type heldEvent struct {
+	e      accountAcctEvent
+	offset int64 // monotonic to wall ns when it was read
+	read   int64 // wall ns it was read
+}
+
 // flush drains the ring buffer and commits its intervals.
 func (a *Accountant) flush() error {
 	now := time.Now().UnixNano()
 	offset := clock.MonoToWall()
 	var out []store.ThreadActivity
 	var rec ringbuf.Record
+	var e accountAcctEvent
+	hold := a.opts.HoldUnnamed > 0
 	a.reader.SetDeadline(time.Now())
+	a.mu.Lock()
 	for {
 		if err := a.reader.ReadInto(&rec); err != nil {
 			break // deadline: the ring is empty
 		}
-		var e accountAcctEvent
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+		if len(rec.RawSample) < int(unsafe.Sizeof(e)) {
 			continue
 		}
-		out = append(out, a.activity(&e, offset))
+		e = *(*accountAcctEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		switch e.Kind {
+		case kindTrack:
+			a.trackedFromKernel(e.Pid, int64(e.Start)+offset)
+		case kindUntrack:
+			if _, ok := a.since[e.Pid]; ok {
+				a.exited[e.Pid] = int64(e.Start) + offset
+			}
+		default:
+			if t := [2]uint32{e.Pid, e.Tid}; hold && !a.named[t] {
+				a.held[t] = append(a.held[t], heldEvent{e, offset, now})
+				continue
+			}
+			out = append(out, a.activity(&e, offset))
+		}
 	}
+	// Held too long: no span named the thread in time.
+	for t, hs := range a.held {
+		n := 0
+		for n < len(hs) && now-hs[n].read > int64(a.opts.HoldUnnamed) {
+			n++
+		}
+		a.stats.Dropped += uint64(n)
+		if n == len(hs) {
+			delete(a.held, t)
+		} else if n > 0 {
+			a.held[t] = hs[n:] // appends move it to a new array in time
+		}
+	}
+	a.mu.Unlock()
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		return err
 	}
@@ -237,6 +462,63 @@ func (a *Accountant) flush() error {
 	return nil
 }
 
+// SpanThreads is told the threads (pid, tid) spans name, before those
+// spans are stored: with HoldUnnamed, their held intervals are written
+// now, so a span's thread activity is in the store when the span is.
+func (a *Accountant) SpanThreads(threads [][2]uint32) {
+	var out []store.ThreadActivity
+	a.mu.Lock()
+	for _, t := range threads {
+		if a.named[t] {
+			continue
+		}
+		a.named[t] = true
+		for i := range a.held[t] {
+			h := &a.held[t][i]
+			out = append(out, a.activity(&h.e, h.offset))
+		}
+		delete(a.held, t)
+	}
+	a.mu.Unlock()
+	if len(out) == 0 {
+		return
+	}
+	if err := a.opts.Write(context.Background(), out); err != nil {
+		a.opts.Logf("accounting: %v", err)
+		return
+	}
+	a.mu.Lock()
+	a.stats.Committed += uint64(len(out))
+	a.mu.Unlock()
+}
+
+// Record kinds (enum acct_kind in bpf/account.bpf.c).
+const (
+	kindCPU       = 1
+	kindOffCPU    = 2
+	kindIO        = 3
+	kindWriteback = 4
+	kindDirty     = 5
+	kindTrack     = 6
+	kindUntrack   = 7
+)
+
+// trackedFromKernel notes that the BPF side began tracking pid at exec or
+// fork, at wall time ts; a.mu is held.
+func (a *Accountant) trackedFromKernel(pid uint32, ts int64) {
+	if t, ok := a.since[pid]; ok {
+		if _, gone := a.exited[pid]; !gone {
+			a.since[pid] = min(t, ts)
+			return
+		}
+		delete(a.exited, pid)
+	}
+	a.since[pid] = ts
+	a.stats.FromExec++
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	a.opts.Logf("accounting the threads of process %d (%s) from its start", pid, strings.TrimSpace(string(comm)))
+}
+
 // schedulerFrames are the frames every sleeping task's kernel stack starts
 // with; the blocking site is the first frame below them.
 var schedulerFrames = []string{"__schedule", "schedule", "preempt_schedule", "__traceiter", "bpf_"}
@@ -245,9 +527,9 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 	t := store.ThreadActivity{Host: a.opts.Host, Pid: e.Pid, Tid: e.Tid,
 		StartNs: int64(e.Start) + offset, EndNs: int64(e.End) + offset}
 	switch e.Kind {
-	case 1:
+	case kindCPU:
 		t.Kind = "cpu"
-	case 2:
+	case kindOffCPU:
 		t.Kind = "runnable"
 		if e.State != 0 {
 			t.Kind = "blocked"
@@ -268,13 +550,28 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 			}
 			t.KStack = append(t.KStack, name)
 		}
-	case 3:
+	case kindIO, kindWriteback:
 		t.Kind = "io"
 		t.Bytes = e.Bytes
 		t.Op = recorder.BlockOp(uint64(e.State))
-		t.Dev = fmt.Sprintf("%d:%d", e.Site>>20, e.Site&(1<<20-1))
+		t.Dev = kernelDev(e.Site)
+		if e.Kind == kindWriteback {
+			t.Kind = "writeback"
+			t.Ino = e.Ino
+			t.DirtiedNs = int64(e.Wake) + offset
+		}
+	case kindDirty:
+		t.Kind = "dirty"
+		t.Bytes = e.Bytes
+		t.Ino = e.Ino
+		t.Dev = kernelDev(e.Site)
 	}
 	return t
+}
+
+// kernelDev prints a kernel dev_t (MKDEV: major << 20 | minor).
+func kernelDev(d uint64) string {
+	return fmt.Sprintf("%d:%d", d>>20, d&(1<<20-1))
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
@@ -286,16 +583,32 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
+// exitedKept is how long an exited process's since is kept: as long as
+// the accounting pass looks back for spans to charge.
+const exitedKept = 10 * time.Minute
+
 func (a *Accountant) forgetExited() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := time.Now().UnixNano()
 	for pid := range a.since {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+		at, gone := a.exited[pid]
+		if !gone && !alive(pid) {
 			a.objs.Tracked.Delete(pid)
+			a.exited[pid] = now
+			continue
+		}
+		if gone && now-at > int64(exitedKept) {
 			delete(a.since, pid)
+			delete(a.exited, pid)
+			for t := range a.named {
+				if t[0] == pid {
+					delete(a.named, t)
+				}
+			}
 		}
 	}
-	if len(a.since) == 0 && a.links != nil {
+	if len(a.since) == len(a.exited) && a.rules == 0 && a.links != nil {
 		a.detach()
 	}
 }

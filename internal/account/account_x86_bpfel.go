@@ -24,36 +24,60 @@ type accountAcctEvent struct {
 	Wake        uint64
 	Site        uint64
 	Bytes       uint64
+	Ino         uint64
 	KstackBytes int32
 	Pad         uint32
 	Kstack      [12]uint64
 }
 
 type accountAcctStats struct {
-	_      structs.HostLayout
-	Events uint64
-	Lost   uint64
-	IoLost uint64
+	_       structs.HostLayout
+	Events  uint64
+	Lost    uint64
+	IoLost  uint64
+	Refused uint64
+}
+
+type accountDirtier struct {
+	_   structs.HostLayout
+	Pid uint32
+	Tid uint32
+	Ts  uint64
+}
+
+type accountFileKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
 }
 
 type accountIoStart struct {
-	_     structs.HostLayout
-	Ts    uint64
-	Bytes uint64
-	Pid   uint32
-	Tid   uint32
-	Op    uint32
-	Dev   uint32
+	_       structs.HostLayout
+	Ts      uint64
+	Bytes   uint64
+	Pid     uint32
+	Tid     uint32
+	Op      uint32
+	Dev     uint32
+	Ino     uint64
+	Dirtied uint64
 }
 
 type accountThreadState struct {
-	_      structs.HostLayout
-	OnTs   uint64
-	OffTs  uint64
-	WakeTs uint64
-	Site   uint64
-	State  uint32
-	Pad    uint32
+	_          structs.HostLayout
+	OnTs       uint64
+	OffTs      uint64
+	WakeTs     uint64
+	Site       uint64
+	State      uint32
+	Pad        uint32
+	DirtyIno   uint64
+	DirtyBytes uint64
+	DirtyFirst uint64
+	DirtyLast  uint64
+	DirtyDev   uint32
+	Pad2       uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -62,14 +86,22 @@ type accountThreadState struct {
 const (
 	accountMapAcctCounters       = "acct_counters"
 	accountMapAcctEvents         = "acct_events"
+	accountMapDirtiers           = "dirtiers"
 	accountMapIoInflight         = "io_inflight"
+	accountMapMatchComm          = "match_comm"
+	accountMapMatchExe           = "match_exe"
 	accountMapThreads            = "threads"
 	accountMapTracked            = "tracked"
+	accountProgAccountDirty      = "account_dirty"
+	accountProgAccountExec       = "account_exec"
+	accountProgAccountExit       = "account_exit"
+	accountProgAccountFork       = "account_fork"
 	accountProgAccountIoComplete = "account_io_complete"
 	accountProgAccountIoInsert   = "account_io_insert"
 	accountProgAccountIoIssue    = "account_io_issue"
 	accountProgAccountSwitch     = "account_switch"
 	accountProgAccountWakeup     = "account_wakeup"
+	accountVarKstackMinNs        = "kstack_min_ns"
 	accountVarUnusedAcctEvent    = "unused_acct_event"
 	accountVarUnusedAcctStats    = "unused_acct_stats"
 )
@@ -116,6 +148,10 @@ type accountSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountProgramSpecs struct {
+	AccountDirty      *ebpf.ProgramSpec `ebpf:"account_dirty"`
+	AccountExec       *ebpf.ProgramSpec `ebpf:"account_exec"`
+	AccountExit       *ebpf.ProgramSpec `ebpf:"account_exit"`
+	AccountFork       *ebpf.ProgramSpec `ebpf:"account_fork"`
 	AccountIoComplete *ebpf.ProgramSpec `ebpf:"account_io_complete"`
 	AccountIoInsert   *ebpf.ProgramSpec `ebpf:"account_io_insert"`
 	AccountIoIssue    *ebpf.ProgramSpec `ebpf:"account_io_issue"`
@@ -129,7 +165,10 @@ type accountProgramSpecs struct {
 type accountMapSpecs struct {
 	AcctCounters *ebpf.MapSpec `ebpf:"acct_counters"`
 	AcctEvents   *ebpf.MapSpec `ebpf:"acct_events"`
+	Dirtiers     *ebpf.MapSpec `ebpf:"dirtiers"`
 	IoInflight   *ebpf.MapSpec `ebpf:"io_inflight"`
+	MatchComm    *ebpf.MapSpec `ebpf:"match_comm"`
+	MatchExe     *ebpf.MapSpec `ebpf:"match_exe"`
 	Threads      *ebpf.MapSpec `ebpf:"threads"`
 	Tracked      *ebpf.MapSpec `ebpf:"tracked"`
 }
@@ -138,6 +177,7 @@ type accountMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountVariableSpecs struct {
+	KstackMinNs     *ebpf.VariableSpec `ebpf:"kstack_min_ns"`
 	UnusedAcctEvent *ebpf.VariableSpec `ebpf:"unused_acct_event"`
 	UnusedAcctStats *ebpf.VariableSpec `ebpf:"unused_acct_stats"`
 }
@@ -164,7 +204,10 @@ func (o *accountObjects) Close() error {
 type accountMaps struct {
 	AcctCounters *ebpf.Map `ebpf:"acct_counters"`
 	AcctEvents   *ebpf.Map `ebpf:"acct_events"`
+	Dirtiers     *ebpf.Map `ebpf:"dirtiers"`
 	IoInflight   *ebpf.Map `ebpf:"io_inflight"`
+	MatchComm    *ebpf.Map `ebpf:"match_comm"`
+	MatchExe     *ebpf.Map `ebpf:"match_exe"`
 	Threads      *ebpf.Map `ebpf:"threads"`
 	Tracked      *ebpf.Map `ebpf:"tracked"`
 }
@@ -173,7 +216,10 @@ func (m *accountMaps) Close() error {
 	return _AccountClose(
 		m.AcctCounters,
 		m.AcctEvents,
+		m.Dirtiers,
 		m.IoInflight,
+		m.MatchComm,
+		m.MatchExe,
 		m.Threads,
 		m.Tracked,
 	)
@@ -183,6 +229,7 @@ func (m *accountMaps) Close() error {
 //
 // It can be passed to loadAccountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountVariables struct {
+	KstackMinNs     *ebpf.Variable `ebpf:"kstack_min_ns"`
 	UnusedAcctEvent *ebpf.Variable `ebpf:"unused_acct_event"`
 	UnusedAcctStats *ebpf.Variable `ebpf:"unused_acct_stats"`
 }
@@ -191,6 +238,10 @@ type accountVariables struct {
 //
 // It can be passed to loadAccountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountPrograms struct {
+	AccountDirty      *ebpf.Program `ebpf:"account_dirty"`
+	AccountExec       *ebpf.Program `ebpf:"account_exec"`
+	AccountExit       *ebpf.Program `ebpf:"account_exit"`
+	AccountFork       *ebpf.Program `ebpf:"account_fork"`
 	AccountIoComplete *ebpf.Program `ebpf:"account_io_complete"`
 	AccountIoInsert   *ebpf.Program `ebpf:"account_io_insert"`
 	AccountIoIssue    *ebpf.Program `ebpf:"account_io_issue"`
@@ -200,6 +251,10 @@ type accountPrograms struct {
 
 func (p *accountPrograms) Close() error {
 	return _AccountClose(
+		p.AccountDirty,
+		p.AccountExec,
+		p.AccountExit,
+		p.AccountFork,
 		p.AccountIoComplete,
 		p.AccountIoInsert,
 		p.AccountIoIssue,

@@ -9,8 +9,26 @@
 // CPU its threads actually ran, the time they were blocked and why, and
 // their disk I/O (internal/requests).
 //
+// It also follows buffered writes: the page cache a thread dirties
+// ("dirty" intervals, by file), and the block writes of those files that
+// someone else — a kernel flusher, or another process's sync — submits
+// later ("writeback" intervals, charged to the thread that last dirtied the
+// file, with when it did, so the request that wrote the data is charged
+// the I/O the kernel did for it afterwards).
+//
 // The BPF programs (bpf/account.bpf.c) are attached only while at least
-// one process is tracked, so the whole-system recorder's cost does not
-// change when nothing is accounted. Processes are tracked when spans
-// arrive from them; processes that exit are forgotten.
+// one process is tracked or a match rule is set, so the whole-system
+// recorder's cost does not change when nothing is accounted. Processes are
+// tracked when spans arrive from them (Track), or from their exec when
+// their program name or executable matches Options.Comms or Options.Exes
+// (or, with FollowExes, an executable that sent spans before), and the
+// processes a tracked one forks are tracked too: so the first requests of
+// a freshly started service, whose spans only arrive after they ended,
+// are accounted. Processes that exit are forgotten after a while (their
+// last spans still arrive after the exit).
+//
+// With Options.HoldUnnamed, the intervals of a thread no span has named
+// (SpanThreads) are held in memory, written when a span names the thread
+// and dropped after the hold, so only request-serving threads fill the
+// store.
 package account

@@ -60,7 +60,10 @@ type Options struct {
 	// OnProcesses is told the local processes whose spans were committed
 	// (their process.pid), so their threads can be accounted.
 	OnProcesses func(pids []uint32)
-	Logf        func(format string, args ...any)
+	// OnThreads is told the local threads (pid, thread.id) that spans
+	// name, before they are committed.
+	OnThreads func(threads [][2]uint32)
+	Logf      func(format string, args ...any)
 }
 
 // Receiver is a running OTLP trace receiver.
@@ -198,6 +201,23 @@ func (r *Receiver) export(ctx context.Context, req *coltracepb.ExportTraceServic
 	r.rejected += uint64(c.rejected)
 	r.mu.Unlock()
 	if len(c.batch.Spans) > 0 {
+		// Before the commit: the accounting keeps what the threads did
+		// before their first span in store by the time the spans are.
+		if r.opts.OnThreads != nil {
+			seen := map[[2]uint32]bool{}
+			var threads [][2]uint32
+			for i := range c.batch.Spans {
+				sp := &c.batch.Spans[i]
+				k := [2]uint32{sp.Pid, sp.Tid}
+				if sp.Tid != 0 && c.pids[sp.Pid] && !seen[k] {
+					seen[k] = true
+					threads = append(threads, k)
+				}
+			}
+			if len(threads) > 0 {
+				r.opts.OnThreads(threads)
+			}
+		}
 		if err := r.commit.submit(ctx, &c.batch); err != nil {
 			return nil, err
 		}

@@ -29,15 +29,28 @@ const accountLookback = 10 * 60 * 1_000_000_000
 // Account charges the spans that name a thread (thread.id) and have ended
 // early enough with the kernel activity of that thread during the span:
 // CPU it ran, time it was blocked (and where) or runnable, block I/O it
-// submitted. A span's own (self) share excludes its children that ran on
-// the same thread. It writes span_accounting and returns how many spans it
-// charged.
+// submitted, page cache it dirtied. A span's own (self) share excludes its
+// children that ran on the same thread. It writes span_accounting and
+// returns how many spans it charged.
 func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int, error) {
+	return AccountRecent(ctx, st, tr, nowNs, accountLookback)
+}
+
+// RecentLookback is what a frequent accounting pass looks back over: a
+// span is received after it ended, and chargeable within a couple of
+// seconds of that while the accountant keeps committing; a pass that
+// looks back the whole accountLookback now and then catches the rest.
+const RecentLookback = 60 * 1_000_000_000
+
+// AccountRecent is Account over the spans received in the last lookback
+// ns: the pass's queries cost with what they look back over.
+func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, lookback int64) (int, error) {
+	lookback = min(lookback, accountLookback)
 	limit := tr.Watermark() - AccountGrace
 	pending, err := st.Query(ctx, fmt.Sprintf(`SELECT s.trace_id, s.span_id, s.host, s.pid, s.tid, s.start_ns, s.end_ns
 		FROM spans s ANTI JOIN span_accounting a USING (trace_id, span_id)
 		WHERE s.tid IS NOT NULL AND s.pid IS NOT NULL AND s.end_ns < %d AND s.received_ns > %d
-		ORDER BY s.host, s.pid, s.tid, s.start_ns`, limit, nowNs-accountLookback))
+		ORDER BY s.host, s.pid, s.tid, s.start_ns`, limit, nowNs-lookback))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
@@ -61,38 +74,53 @@ func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int
 		}
 		groups[k] = append(groups[k], pendingSpan{str(r[0]), str(r[1]), i64(r[5]), i64(r[6])})
 	}
+	// The activity of every pending thread over its spans' time, and the
+	// children on the same thread, each in one query for all threads.
+	window := fmt.Sprintf(`SELECT s.host, s.pid, s.tid, min(s.start_ns) AS lo, max(s.end_ns) AS hi
+		FROM spans s ANTI JOIN span_accounting a USING (trace_id, span_id)
+		WHERE s.tid IS NOT NULL AND s.pid IS NOT NULL AND s.end_ns < %d AND s.received_ns > %d GROUP BY ALL`,
+		limit, nowNs-lookback)
+	// Constant bounds too, so the scan skips the table's older blocks.
+	lo, hi := i64(pending.Rows[0][5]), i64(pending.Rows[0][6])
+	for _, r := range pending.Rows {
+		lo, hi = min(lo, i64(r[5])), max(hi, i64(r[6]))
+	}
+	acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
+		SELECT t.host, t.pid, t.tid, t.kind, t.start_ns, t.end_ns, coalesce(t.wake_ns, 0), t.kstack, coalesce(t.bytes, 0)
+		FROM thread_activity t JOIN w ON t.host = w.host AND t.pid = w.pid AND t.tid = w.tid
+		WHERE t.end_ns >= w.lo AND t.start_ns < w.hi AND t.end_ns >= %d AND t.start_ns < %d
+		ORDER BY t.host, t.pid, t.tid, t.start_ns`, lo, hi))
+	if err != nil {
+		return 0, fmt.Errorf("account spans: %w", err)
+	}
+	kids, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
+		SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
+		FROM spans c JOIN w ON c.host = w.host AND c.pid = w.pid AND c.tid = w.tid
+		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > w.lo AND c.start_ns < w.hi AND c.end_ns > %d AND c.start_ns < %d`, lo, hi))
+	if err != nil {
+		return 0, fmt.Errorf("account spans: %w", err)
+	}
+	rowKey := func(r []any) key { return key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))} }
+	activity := map[key][][]any{}
+	for _, r := range acts.Rows {
+		activity[rowKey(r)] = append(activity[rowKey(r)], r[3:])
+	}
+	// Children on the same thread, received before or with their
+	// parent, are what a span's self share leaves out.
+	children := map[[2]string][]interval{}
+	for _, r := range kids.Rows {
+		p := [2]string{str(r[3]), str(r[4])}
+		children[p] = append(children[p], interval{i64(r[5]), i64(r[6])})
+	}
 	var out []store.SpanAccounting
 	for _, k := range order {
 		spans := groups[k]
-		lo, hi := spans[0].start, spans[0].end
-		for _, s := range spans {
-			lo, hi = min(lo, s.start), max(hi, s.end)
-		}
-		acts, err := st.Query(ctx, fmt.Sprintf(`SELECT kind, start_ns, end_ns, coalesce(wake_ns, 0), kstack, coalesce(bytes, 0)
-			FROM thread_activity WHERE host = %s AND pid = %d AND tid = %d AND end_ns > %d AND start_ns < %d ORDER BY start_ns`,
-			sqlString(k.host), k.pid, k.tid, lo, hi))
-		if err != nil {
-			return 0, fmt.Errorf("account spans: %w", err)
-		}
-		// Children on the same thread, received before or with their
-		// parent, are what a span's self share leaves out.
-		kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.trace_id, c.parent_span_id, c.start_ns, c.end_ns FROM spans c
-			WHERE c.host = %s AND c.pid = %d AND c.tid = %d AND c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d`,
-			sqlString(k.host), k.pid, k.tid, lo, hi))
-		if err != nil {
-			return 0, fmt.Errorf("account spans: %w", err)
-		}
-		children := map[[2]string][]interval{}
-		for _, r := range kids.Rows {
-			p := [2]string{str(r[0]), str(r[1])}
-			children[p] = append(children[p], interval{i64(r[2]), i64(r[3])})
-		}
 		since, tracked := tr.Since(k.pid)
 		for _, s := range spans {
 			a := store.SpanAccounting{TraceID: s.trace, SpanID: s.span, BlockedSites: "[]"}
 			if tracked && since <= s.start {
 				a.Accounted = true
-				charge(&a, interval{s.start, s.end}, children[[2]string{s.trace, s.span}], acts.Rows)
+				charge(&a, interval{s.start, s.end}, children[[2]string{s.trace, s.span}], activity[k])
 			}
 			out = append(out, a)
 		}
@@ -152,10 +180,13 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 	sites := map[string]int64{}
 	for _, r := range rows {
 		x := interval{i64(r[1]), i64(r[2])}
-		if overlap(x, span) == 0 {
+		kind := str(r[0])
+		// I/O and dirtying are charged where they began, which may be
+		// a point (a single page dirtied).
+		if kind != "io" && kind != "dirty" && overlap(x, span) == 0 {
 			continue
 		}
-		switch str(r[0]) {
+		switch kind {
 		case "cpu":
 			a.CPUNs += overlap(x, span)
 			a.SelfCPUNs += selfOverlap(x, span, children)
@@ -182,6 +213,12 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 				a.IOBytes += i64(r[5])
 				a.IONs += x.end - x.start
 				a.IOCount++
+			}
+		case "dirty":
+			// Dirtied page cache belongs to the span (not a child of it
+			// on the thread) it was dirtied in.
+			if at := (interval{x.start, x.start + 1}); selfOverlap(at, span, children) > 0 {
+				a.DirtiedBytes += i64(r[5])
 			}
 		}
 	}

@@ -5,8 +5,13 @@
 //   - Account charges each span that names its thread (thread.id, with
 //     process.pid) the CPU its thread ran, the time it was blocked (and on
 //     which kernel path) or runnable, and the block I/O it submitted during
-//     the span, into span_accounting; "self" costs leave out children
-//     that ran on the same thread.
+//     the span, and the page cache it dirtied, into span_accounting;
+//     "self" costs leave out children that ran on the same thread. The
+//     block writes kernel flushers make later of files a span dirtied
+//     (write-back) are charged to it by the span_writeback view: each
+//     such write goes to the innermost span of the thread that last
+//     dirtied the file before it (a file several requests dirty before
+//     one flush is charged to the last of them).
 //   - BuildPath reconstructs a request's causal path: the tree of its spans
 //     across services and hosts, the time in each component and between
 //     them, work that outlives its parent (async write-back), and the
@@ -30,13 +35,21 @@
 //
 //	span_costs        one row per span: service, operation, client, duration,
 //	                  error, and the kernel's account (cpu_ns, self_cpu_ns,
-//	                  blocked_ns, runnable_ns, io_bytes, io_ns, blocked_sites)
+//	                  blocked_ns, runnable_ns, io_bytes, io_ns, blocked_sites,
+//	                  dirtied_bytes: page cache its thread dirtied,
+//	                  writeback_bytes/_ns/_count: block writes flushers
+//	                  made of it later; io_bytes is the I/O the thread
+//	                  submitted itself, so the two do not overlap)
+//	span_writeback    per span: the write-back charged to it
 //	request_demand    one row per request (trace): its own kernel demand,
 //	                  the billed share of coalesced work, and the total
+//	                  (cpu, blocked, io, dirtied and written-back bytes)
 //	service_counters  per service and operation: requests, errors, mean and
-//	                  p50/p90/p99 latency, cpu, blocked time, block I/O
+//	                  p50/p90/p99 latency, cpu, blocked time, block I/O,
+//	                  dirtied and written-back bytes
 //	client_demand     per client: requests, errors, cpu, blocked, I/O bytes
-//	                  and time, coalesced work billed in shares
+//	                  and time, dirtied and written-back bytes, coalesced
+//	                  work billed in shares
 //
 // The client of a request is the enduser.id (or client.id) attribute some
 // span of its trace carries, else the service of its root span.

@@ -154,6 +154,8 @@ func BuildPath(ctx context.Context, q Querier, traceID string) (*Path, error) {
 				c.Billed.IOBytes += share * n.Kernel.IOBytes
 				c.Billed.IONs += share * n.Kernel.IONs
 				c.Billed.IOCount += share * n.Kernel.IOCount
+				c.Billed.DirtiedBytes += share * n.Kernel.DirtiedBytes
+				c.Billed.WritebackBytes += share * n.Kernel.WritebackBytes
 			}
 		})
 		p.Coalesced = append(p.Coalesced, c)
@@ -166,6 +168,8 @@ func BuildPath(ctx context.Context, q Querier, traceID string) (*Path, error) {
 		p.Total.IOBytes += c.Billed.IOBytes
 		p.Total.IONs += c.Billed.IONs
 		p.Total.IOCount += c.Billed.IOCount
+		p.Total.DirtiedBytes += c.Billed.DirtiedBytes
+		p.Total.WritebackBytes += c.Billed.WritebackBytes
 	}
 	p.BuildNs = time.Since(began).Nanoseconds()
 	return p, nil
@@ -184,6 +188,8 @@ func addOwn(c *Cost, k *Cost) {
 	c.IOBytes += k.IOBytes
 	c.IONs += k.IONs
 	c.IOCount += k.IOCount
+	c.DirtiedBytes += k.DirtiedBytes
+	c.WritebackBytes += k.WritebackBytes
 }
 
 // buildTree links spans to their parents; spans whose parent is not
@@ -302,6 +308,9 @@ func costText(c Cost) string {
 	s := fmt.Sprintf("cpu %s, blocked %s, runnable %s", fmtNs(int64(c.CPUNs)), fmtNs(int64(c.BlockedNs)), fmtNs(int64(c.RunnableNs)))
 	if c.IOCount > 0 {
 		s += fmt.Sprintf(", block I/O %.0f bytes in %.0f requests (%s)", c.IOBytes, c.IOCount, fmtNs(int64(c.IONs)))
+	}
+	if c.DirtiedBytes > 0 || c.WritebackBytes > 0 {
+		s += fmt.Sprintf(", dirtied %.0f bytes of page cache, %.0f bytes written back for it", c.DirtiedBytes, c.WritebackBytes)
 	}
 	if c.BlockedSites != "" && c.BlockedSites != "[]" {
 		s += ", blocked at " + c.BlockedSites

@@ -69,6 +69,8 @@ func Prune(ctx context.Context, st *store.Store, cutoff time.Time, period time.D
 			x.RunnableNs += int64(s.Kernel.RunnableNs)
 			x.IOBytes += int64(s.Kernel.IOBytes)
 			x.IONs += int64(s.Kernel.IONs)
+			x.DirtiedBytes += int64(s.Kernel.DirtiedBytes)
+			x.WritebackBytes += int64(s.Kernel.WritebackBytes)
 		}
 	}
 	for k, x := range ops {
@@ -77,7 +79,7 @@ func Prune(ctx context.Context, st *store.Store, cutoff time.Time, period time.D
 	}
 
 	// Demand per client, coalesced work billed in shares.
-	res, err := st.Query(ctx, `SELECT client, start_ns, error, cpu_ns, blocked_ns, io_bytes, io_ns FROM request_demand
+	res, err := st.Query(ctx, `SELECT client, start_ns, error, cpu_ns, blocked_ns, io_bytes, io_ns, dirtied_bytes, writeback_bytes FROM request_demand
 		WHERE trace_id IN (`+old+`) AND trace_id NOT IN (SELECT trace_id FROM span_links)`)
 	if err != nil {
 		return rep, fmt.Errorf("prune spans: %w", err)
@@ -102,6 +104,8 @@ func Prune(ctx context.Context, st *store.Store, cutoff time.Time, period time.D
 		x.BlockedNs += f64(row[4])
 		x.IOBytes += f64(row[5])
 		x.IONs += f64(row[6])
+		x.DirtiedBytes += f64(row[7])
+		x.WritebackBytes += f64(row[8])
 	}
 	for _, x := range clients {
 		r.Clients = append(r.Clients, *x)

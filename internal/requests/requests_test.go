@@ -49,14 +49,19 @@ func seed(t *testing.T, st *store.Store, base int64, n int) []string {
 	return ids
 }
 
-func TestPathGraphAndPruning(t *testing.T) {
+// openStore opens an empty store; base is the time test data starts at.
+func openStore(t *testing.T) (st *store.Store, ctx context.Context, base int64) {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	ctx := context.Background()
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	t.Cleanup(func() { st.Close() })
+	return st, context.Background(), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+}
+
+func TestPathGraphAndPruning(t *testing.T) {
+	st, ctx, base := openStore(t)
 	ids := seed(t, st, base, 10)
 
 	p, err := BuildPath(ctx, store.Plain(st), ids[3])
@@ -164,5 +169,98 @@ func TestSelfOverlapLeavesOutChildren(t *testing.T) {
 	}
 	if got := selfOverlap(interval{35, 95}, span, kids); got != 60-5-5 {
 		t.Errorf("self overlap %d, want 50", got)
+	}
+}
+
+// fixedTracker says every process was accounted from the start and every
+// interval up to watermark is stored.
+type fixedTracker struct{ watermark int64 }
+
+func (f fixedTracker) Since(uint32) (int64, bool) { return 0, true }
+func (f fixedTracker) Watermark() int64           { return f.watermark }
+
+// Page cache a span's thread dirtied is charged to it (not to its parent
+// on the same thread), and so is the write-back a flusher made of it
+// later; both reach the path, the counter views, and survive pruning.
+func TestWritebackChargedToDirtyingSpan(t *testing.T) {
+	st, ctx, base := openStore(t)
+	tr := fmt.Sprintf("%032x", 42)
+	sp := func(id, parent, name string, start, end int64) store.Span {
+		return store.Span{Host: "h", TraceID: tr, SpanID: id, ParentSpanID: parent, Service: "db", Name: name, Kind: "server",
+			StartNs: base + start, EndNs: base + end, StatusCode: "unset", Client: map[bool]string{true: "bob"}[parent == ""],
+			Resource: "{}", Attributes: "{}", Scope: "t", Pid: 1, Tid: 2, ReceivedNs: time.Now().UnixNano()}
+	}
+	b := &store.SpanBatch{Spans: []store.Span{sp("0000000000000001", "", "put", 0, 100*ms), sp("0000000000000002", "0000000000000001", "append", 40*ms, 60*ms)}}
+	if err := st.WriteSpans(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	act := func(kind string, start, end, bytes int64, ino uint64, dirtied int64) store.ThreadActivity {
+		a := store.ThreadActivity{Host: "h", Pid: 1, Tid: 2, Kind: kind, StartNs: base + start, EndNs: base + end, Bytes: uint64(bytes), Ino: ino}
+		if dirtied != 0 {
+			a.DirtiedNs = base + dirtied
+		}
+		return a
+	}
+	err := st.WriteThreadActivity(ctx, []store.ThreadActivity{
+		act("cpu", 0, 100*ms, 0, 0, 0),
+		act("dirty", 10*ms, 11*ms, 8192, 7, 0),
+		act("dirty", 50*ms, 50*ms, 4096, 8, 0),
+		// Flushed by a kernel worker seconds later.
+		act("writeback", 5000*ms, 5001*ms, 8192, 7, 11*ms),
+		act("writeback", 5000*ms, 5002*ms, 4096, 8, 50*ms),
+		act("writeback", 5000*ms, 5002*ms, 4096, 9, 200*ms), // dirtied after both spans
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Account(ctx, st, fixedTracker{base + 10_000*ms}, time.Now().UnixNano()); err != nil || n != 2 {
+		t.Fatalf("accounted %d spans: %v", n, err)
+	}
+	res, err := st.Query(ctx, `SELECT span_id, dirtied_bytes, writeback_bytes, writeback_count, io_bytes FROM span_costs ORDER BY span_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int64{{8192, 8192, 1, 0}, {4096, 4096, 1, 0}}
+	for i, r := range res.Rows {
+		if got := []int64{i64(r[1]), i64(r[2]), i64(r[3]), i64(r[4])}; fmt.Sprint(got) != fmt.Sprint(want[i]) {
+			t.Errorf("span %v: dirtied, written back, write-backs, own I/O = %v, want %v", r[0], got, want[i])
+		}
+	}
+	p, err := BuildPath(ctx, store.Plain(st), tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Own.DirtiedBytes != 12288 || p.Own.WritebackBytes != 12288 {
+		t.Errorf("path own cost %+v, want 12288 bytes dirtied and written back", p.Own)
+	}
+	var text bytes.Buffer
+	p.WriteText(&text)
+	if !strings.Contains(text.String(), "dirtied 8192 bytes of page cache, 8192 bytes written back for it") {
+		t.Errorf("path text lacks the write-back:\n%s", text.String())
+	}
+	views := func(queries ...string) string {
+		var out []string
+		for _, q := range queries {
+			res, err := st.Query(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Rows) != 1 {
+				t.Fatalf("%s: %v", q, res.Rows)
+			}
+			out = append(out, fmt.Sprint(f64(res.Rows[0][0]), f64(res.Rows[0][1])))
+		}
+		return strings.Join(out, "; ")
+	}
+	perService := `SELECT sum(dirtied_bytes), sum(writeback_bytes) FROM service_counters`
+	perClient := `SELECT dirtied_bytes, writeback_bytes FROM client_demand WHERE client = 'bob'`
+	if got := views(`SELECT dirtied_bytes, writeback_bytes FROM request_demand`, perService, perClient); got != "12288 12288; 12288 12288; 12288 12288" {
+		t.Errorf("request_demand; service_counters; client_demand dirtied and written back: %s", got)
+	}
+	if _, err := Prune(ctx, st, time.Unix(0, base+time.Hour.Nanoseconds()), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := views(perService, perClient); got != "12288 12288; 12288 12288" {
+		t.Errorf("after pruning, service_counters; client_demand: %s", got)
 	}
 }

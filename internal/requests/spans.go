@@ -54,6 +54,12 @@ type Cost struct {
 	IOBytes       float64 `json:"io_bytes"`
 	IONs          float64 `json:"io_ns"`
 	IOCount       float64 `json:"io_count"`
+	// DirtiedBytes is the page cache the span's thread made dirty (its
+	// buffered writes); WritebackBytes the block writes of those files
+	// that kernel flushers made later on its behalf (write-back), which
+	// IOBytes, the I/O the thread submitted itself, does not include.
+	DirtiedBytes   float64 `json:"dirtied_bytes"`
+	WritebackBytes float64 `json:"writeback_bytes"`
 	// BlockedSites is JSON: where the thread slept, longest first.
 	BlockedSites string `json:"blocked_sites,omitempty"`
 }
@@ -76,7 +82,7 @@ func loadSpans(ctx context.Context, q Querier, cond string) ([]Span, error) {
 		return nil, nil
 	}
 	acc, err := q.Query(ctx, `SELECT trace_id, span_id, accounted, cpu_ns, self_cpu_ns, blocked_ns, self_blocked_ns,
-		runnable_ns, io_bytes, io_ns, io_count, blocked_sites FROM span_accounting WHERE `+cond)
+		runnable_ns, io_bytes, io_ns, io_count, blocked_sites, dirtied_bytes FROM span_accounting WHERE `+cond)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +90,20 @@ func loadSpans(ctx context.Context, q Querier, cond string) ([]Span, error) {
 	for _, r := range acc.Rows {
 		costs[[2]string{str(r[0]), str(r[1])}] = &Cost{Accounted: truth(r[2]), CPUNs: f64(r[3]), SelfCPUNs: f64(r[4]),
 			BlockedNs: f64(r[5]), SelfBlockedNs: f64(r[6]), RunnableNs: f64(r[7]), IOBytes: f64(r[8]), IONs: f64(r[9]),
-			IOCount: f64(r[10]), BlockedSites: str(r[11])}
+			IOCount: f64(r[10]), BlockedSites: str(r[11]), DirtiedBytes: f64(r[12])}
+	}
+	// Write-back is matched to spans from the host's thread activity, which
+	// stays on the host: the fleet's spans carry what they dirtied only.
+	if _, isFleet := q.(fleet); !isFleet && len(costs) > 0 {
+		wb, err := q.Query(ctx, `SELECT trace_id, span_id, writeback_bytes FROM span_writeback WHERE `+cond)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range wb.Rows {
+			if c := costs[[2]string{str(r[0]), str(r[1])}]; c != nil {
+				c.WritebackBytes = f64(r[2])
+			}
+		}
 	}
 	type client struct{ tagged, root, first string }
 	clients := map[string]*client{}

@@ -129,6 +129,15 @@ var requestsDDL = []string{
 	`ALTER TABLE span_links ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
 	`ALTER TABLE span_events ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
 	`ALTER TABLE span_accounting ADD COLUMN IF NOT EXISTS commit_seq BIGINT`,
+	// Page cache dirtied by a span's thread, and the block writes kernel
+	// flushers made of it later (write-back), charged by file.
+	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS ino UBIGINT`,
+	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS dirtied_ns BIGINT`,
+	`ALTER TABLE span_accounting ADD COLUMN IF NOT EXISTS dirtied_bytes BIGINT DEFAULT 0`,
+	`ALTER TABLE span_rollups ADD COLUMN IF NOT EXISTS dirtied_bytes BIGINT DEFAULT 0`,
+	`ALTER TABLE span_rollups ADD COLUMN IF NOT EXISTS writeback_bytes BIGINT DEFAULT 0`,
+	`ALTER TABLE client_rollups ADD COLUMN IF NOT EXISTS dirtied_bytes DOUBLE DEFAULT 0`,
+	`ALTER TABLE client_rollups ADD COLUMN IF NOT EXISTS writeback_bytes DOUBLE DEFAULT 0`,
 }
 
 // HistPerOctave is the resolution of the latency histograms that rollups
@@ -147,13 +156,33 @@ var requestViews = []string{
 	SELECT trace_id, coalesce(max(client), arg_min(service, start_ns) FILTER (WHERE parent_span_id IS NULL),
 		arg_min(service, start_ns)) AS client
 	FROM spans GROUP BY trace_id`,
+	// Write-back: a block write of a file that a kernel flusher (not a
+	// tracked thread) submitted is charged to the innermost span of the
+	// thread that last dirtied the file, around when it did. It comes
+	// seconds after the span was charged, so it is joined here, not
+	// stored in span_accounting.
+	`CREATE OR REPLACE VIEW span_writeback AS
+	SELECT trace_id, span_id, sum(bytes)::BIGINT AS writeback_bytes, sum(end_ns - start_ns)::BIGINT AS writeback_ns,
+		count(*) AS writeback_count
+	FROM (
+		SELECT w.rowid, any_value(w.bytes) AS bytes, any_value(w.start_ns) AS start_ns, any_value(w.end_ns) AS end_ns,
+			arg_max(s.trace_id, s.start_ns) AS trace_id, arg_max(s.span_id, s.start_ns) AS span_id
+		FROM thread_activity w JOIN spans s ON s.host = w.host AND s.pid = w.pid AND s.tid = w.tid
+			AND w.dirtied_ns >= s.start_ns AND w.dirtied_ns <= s.end_ns
+		WHERE w.kind = 'writeback' GROUP BY w.rowid)
+	GROUP BY trace_id, span_id`,
 	`CREATE OR REPLACE VIEW span_costs AS
 	SELECT s.host, s.trace_id, s.span_id, s.parent_span_id, s.service, s.name AS operation, s.kind,
 		s.start_ns, s.end_ns, s.end_ns - s.start_ns AS duration_ns, s.status_code = 'error' AS error,
 		s.pid, s.tid, c.client, a.accounted, a.cpu_ns, a.self_cpu_ns, a.blocked_ns, a.self_blocked_ns,
-		a.runnable_ns, a.self_runnable_ns, a.io_bytes, a.io_ns, a.io_count, a.blocked_sites
+		a.runnable_ns, a.self_runnable_ns, a.io_bytes, a.io_ns, a.io_count, a.blocked_sites,
+		a.dirtied_bytes,
+		CASE WHEN a.accounted IS NOT NULL THEN coalesce(w.writeback_bytes, 0) END AS writeback_bytes,
+		CASE WHEN a.accounted IS NOT NULL THEN coalesce(w.writeback_ns, 0) END AS writeback_ns,
+		CASE WHEN a.accounted IS NOT NULL THEN coalesce(w.writeback_count, 0) END AS writeback_count
 	FROM spans s JOIN trace_clients c USING (trace_id)
-	LEFT JOIN span_accounting a USING (trace_id, span_id)`,
+	LEFT JOIN span_accounting a USING (trace_id, span_id)
+	LEFT JOIN span_writeback w USING (trace_id, span_id)`,
 	// Per request (trace): its own kernel demand, plus the shares billed to
 	// it of the work it was coalesced into (links, §3.2.1): a span with
 	// links to n original spans passes weight/Σweight of its subtree's
@@ -166,15 +195,18 @@ var requestViews = []string{
 		FROM spans s JOIN sub ON s.trace_id = sub.trace_id AND s.parent_span_id = sub.span_id),
 	subtree AS (
 		SELECT sub.src_trace, sub.src_span, sum(a.self_cpu_ns)::DOUBLE AS cpu_ns, sum(a.self_blocked_ns)::DOUBLE AS blocked_ns,
-			sum(a.io_bytes)::DOUBLE AS io_bytes, sum(a.io_ns)::DOUBLE AS io_ns
-		FROM sub JOIN span_accounting a USING (trace_id, span_id) GROUP BY ALL),
+			sum(a.io_bytes)::DOUBLE AS io_bytes, sum(a.io_ns)::DOUBLE AS io_ns,
+			sum(a.dirtied_bytes)::DOUBLE AS dirtied_bytes, coalesce(sum(w.writeback_bytes), 0)::DOUBLE AS writeback_bytes
+		FROM sub JOIN span_accounting a USING (trace_id, span_id)
+		LEFT JOIN span_writeback w USING (trace_id, span_id) GROUP BY ALL),
 	shares AS (
 		SELECT l.linked_trace_id AS trace_id, l.weight / sum(l.weight) OVER (PARTITION BY l.trace_id, l.span_id) AS share,
-			st.cpu_ns, st.blocked_ns, st.io_bytes, st.io_ns
+			st.cpu_ns, st.blocked_ns, st.io_bytes, st.io_ns, st.dirtied_bytes, st.writeback_bytes
 		FROM span_links l JOIN subtree st ON st.src_trace = l.trace_id AND st.src_span = l.span_id),
 	billed AS (
 		SELECT trace_id, sum(share * cpu_ns) AS cpu_ns, sum(share * blocked_ns) AS blocked_ns,
-			sum(share * io_bytes) AS io_bytes, sum(share * io_ns) AS io_ns
+			sum(share * io_bytes) AS io_bytes, sum(share * io_ns) AS io_ns,
+			sum(share * dirtied_bytes) AS dirtied_bytes, sum(share * writeback_bytes) AS writeback_bytes
 		FROM shares GROUP BY trace_id),
 	own AS (
 		SELECT trace_id, any_value(client) AS client, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
@@ -182,13 +214,16 @@ var requestViews = []string{
 			arg_min(operation, start_ns) FILTER (WHERE parent_span_id IS NULL) AS operation,
 			bool_or(error) AS error, count(*) AS spans,
 			coalesce(sum(self_cpu_ns), 0)::DOUBLE AS cpu_ns, coalesce(sum(self_blocked_ns), 0)::DOUBLE AS blocked_ns,
-			coalesce(sum(io_bytes), 0)::DOUBLE AS io_bytes, coalesce(sum(io_ns), 0)::DOUBLE AS io_ns
+			coalesce(sum(io_bytes), 0)::DOUBLE AS io_bytes, coalesce(sum(io_ns), 0)::DOUBLE AS io_ns,
+			coalesce(sum(dirtied_bytes), 0)::DOUBLE AS dirtied_bytes, coalesce(sum(writeback_bytes), 0)::DOUBLE AS writeback_bytes
 		FROM span_costs GROUP BY trace_id)
 	SELECT own.trace_id, own.client, own.service, own.operation, own.start_ns, own.end_ns,
 		own.end_ns - own.start_ns AS duration_ns, own.error, own.spans,
 		own.cpu_ns AS own_cpu_ns, coalesce(b.cpu_ns, 0) AS billed_cpu_ns, own.cpu_ns + coalesce(b.cpu_ns, 0) AS cpu_ns,
 		own.blocked_ns + coalesce(b.blocked_ns, 0) AS blocked_ns,
-		own.io_bytes + coalesce(b.io_bytes, 0) AS io_bytes, own.io_ns + coalesce(b.io_ns, 0) AS io_ns
+		own.io_bytes + coalesce(b.io_bytes, 0) AS io_bytes, own.io_ns + coalesce(b.io_ns, 0) AS io_ns,
+		own.dirtied_bytes + coalesce(b.dirtied_bytes, 0) AS dirtied_bytes,
+		own.writeback_bytes + coalesce(b.writeback_bytes, 0) AS writeback_bytes
 	FROM own LEFT JOIN billed b USING (trace_id)`,
 	// Requests, errors and latency percentiles per service and operation.
 	// Percentiles come from log histograms (HistPerOctave buckets per
@@ -197,11 +232,13 @@ var requestViews = []string{
 	WITH raw AS (
 		SELECT service, operation, count(*) AS spans, count(*) FILTER (WHERE error) AS errors,
 			sum(duration_ns) AS duration_sum_ns, sum(coalesce(self_cpu_ns, 0)) AS cpu_ns,
-			sum(coalesce(self_blocked_ns, 0)) AS blocked_ns, sum(coalesce(io_bytes, 0)) AS io_bytes
+			sum(coalesce(self_blocked_ns, 0)) AS blocked_ns, sum(coalesce(io_bytes, 0)) AS io_bytes,
+			sum(coalesce(dirtied_bytes, 0)) AS dirtied_bytes, sum(coalesce(writeback_bytes, 0)) AS writeback_bytes
 		FROM span_costs GROUP BY ALL),
 	rolled AS (
 		SELECT service, operation, sum(spans) AS spans, sum(errors) AS errors, sum(duration_sum_ns) AS duration_sum_ns,
-			sum(cpu_ns) AS cpu_ns, sum(blocked_ns) AS blocked_ns, sum(io_bytes) AS io_bytes
+			sum(cpu_ns) AS cpu_ns, sum(blocked_ns) AS blocked_ns, sum(io_bytes) AS io_bytes,
+			sum(dirtied_bytes) AS dirtied_bytes, sum(writeback_bytes) AS writeback_bytes
 		FROM span_rollups GROUP BY ALL),
 	hist AS (
 		SELECT service, operation, b, sum(n) AS n FROM (
@@ -221,19 +258,22 @@ var requestViews = []string{
 	SELECT service, operation, sum(spans)::BIGINT AS requests, sum(errors)::BIGINT AS errors,
 		(sum(duration_sum_ns) / sum(spans))::DOUBLE AS mean_ns, any_value(pct.p50_ns) AS p50_ns,
 		any_value(pct.p90_ns) AS p90_ns, any_value(pct.p99_ns) AS p99_ns,
-		sum(cpu_ns)::BIGINT AS cpu_ns, sum(blocked_ns)::BIGINT AS blocked_ns, sum(io_bytes)::BIGINT AS io_bytes
+		sum(cpu_ns)::BIGINT AS cpu_ns, sum(blocked_ns)::BIGINT AS blocked_ns, sum(io_bytes)::BIGINT AS io_bytes,
+		sum(dirtied_bytes)::BIGINT AS dirtied_bytes, sum(writeback_bytes)::BIGINT AS writeback_bytes
 	FROM (SELECT * FROM raw UNION ALL SELECT * FROM rolled) JOIN pct USING (service, operation)
 	GROUP BY service, operation`,
 	// Per-client resource demand (§3.2), coalesced work billed in shares.
 	`CREATE OR REPLACE VIEW client_demand AS
 	SELECT client, sum(requests)::BIGINT AS requests, sum(errors)::BIGINT AS errors, sum(cpu_ns) AS cpu_ns,
-		sum(blocked_ns) AS blocked_ns, sum(io_bytes) AS io_bytes, sum(io_ns) AS io_ns
+		sum(blocked_ns) AS blocked_ns, sum(io_bytes) AS io_bytes, sum(io_ns) AS io_ns,
+		sum(dirtied_bytes) AS dirtied_bytes, sum(writeback_bytes) AS writeback_bytes
 	FROM (
 		SELECT client, count(*) AS requests, count(*) FILTER (WHERE error) AS errors, sum(cpu_ns) AS cpu_ns,
-			sum(blocked_ns) AS blocked_ns, sum(io_bytes) AS io_bytes, sum(io_ns) AS io_ns
+			sum(blocked_ns) AS blocked_ns, sum(io_bytes) AS io_bytes, sum(io_ns) AS io_ns,
+			sum(dirtied_bytes) AS dirtied_bytes, sum(writeback_bytes) AS writeback_bytes
 		FROM request_demand WHERE trace_id NOT IN (SELECT trace_id FROM span_links) GROUP BY client
 		UNION ALL
-		SELECT client, requests, errors, cpu_ns, blocked_ns, io_bytes, io_ns FROM client_rollups)
+		SELECT client, requests, errors, cpu_ns, blocked_ns, io_bytes, io_ns, dirtied_bytes, writeback_bytes FROM client_rollups)
 	GROUP BY client`,
 }
 
@@ -299,6 +339,12 @@ type ThreadActivity struct {
 	KStack     []string
 	Bytes      uint64
 	Op, Dev    string
+	// Ino is the file of "dirty" (page cache the thread dirtied: Bytes,
+	// from StartNs to EndNs) and "writeback" (a block write of that file
+	// a kernel flusher submitted, charged to the thread that last dirtied
+	// it, at DirtiedNs) intervals.
+	Ino       uint64
+	DirtiedNs int64
 }
 
 // SpanAccounting is the kernel's account of one span (span_accounting).
@@ -312,6 +358,9 @@ type SpanAccounting struct {
 	RunnableNs, SelfRunnableNs int64
 	IOBytes, IONs, IOCount     int64
 	BlockedSites               string // JSON: [{"site": frames, "ns": …}]
+	// DirtiedBytes is the page cache the span's thread (itself, not its
+	// children on the thread) made dirty: writes the kernel flushes later.
+	DirtiedBytes int64
 }
 
 // SpanRollup is one row of span_rollups.
@@ -323,6 +372,7 @@ type SpanRollup struct {
 	HistCount                    []int64
 	CPUNs, BlockedNs, RunnableNs int64
 	IOBytes, IONs                int64
+	DirtiedBytes, WritebackBytes int64
 }
 
 // ClientRollup is one row of client_rollups.
@@ -332,6 +382,8 @@ type ClientRollup struct {
 	Requests, Errors   int64
 	CPUNs, BlockedNs   float64
 	IOBytes, IONs      float64
+	DirtiedBytes       float64
+	WritebackBytes     float64
 }
 
 // EdgeRollup is one row of latency_edge_rollups: one edge of the latency
@@ -496,8 +548,12 @@ func (s *Store) WriteThreadActivity(ctx context.Context, as []ThreadActivity) er
 				if len(a.KStack) > 0 {
 					kstack = a.KStack
 				}
+				var ino driver.Value
+				if a.Ino != 0 {
+					ino = a.Ino
+				}
 				return []driver.Value{a.Host, a.Pid, a.Tid, a.Kind, a.StartNs, a.EndNs, nullI64(a.WakeNs),
-					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev)}
+					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev), ino, nullI64(a.DirtiedNs)}
 			})
 		})
 	})
@@ -517,7 +573,7 @@ func (s *Store) WriteSpanAccounting(ctx context.Context, as []SpanAccounting) er
 			return appendRows(dconn, "span_accounting", len(as), func(i int) []driver.Value {
 				a := &as[i]
 				return []driver.Value{a.TraceID, a.SpanID, a.Accounted, a.CPUNs, a.SelfCPUNs, a.BlockedNs, a.SelfBlockedNs,
-					a.RunnableNs, a.SelfRunnableNs, a.IOBytes, a.IONs, a.IOCount, a.BlockedSites, seq}
+					a.RunnableNs, a.SelfRunnableNs, a.IOBytes, a.IONs, a.IOCount, a.BlockedSites, seq, a.DirtiedBytes}
 			})
 		})
 	})
@@ -532,14 +588,16 @@ func (s *Store) ReplaceSpansWithRollups(ctx context.Context, r *SpanRollups) (de
 			err := appendRows(dconn, "span_rollups", len(r.Spans), func(i int) []driver.Value {
 				x := &r.Spans[i]
 				return []driver.Value{x.BucketNs, x.PeriodNs, x.Service, x.Operation, x.Client, x.Spans, x.Errors,
-					x.DurationSumNs, x.HistBucket, x.HistCount, x.CPUNs, x.BlockedNs, x.RunnableNs, x.IOBytes, x.IONs}
+					x.DurationSumNs, x.HistBucket, x.HistCount, x.CPUNs, x.BlockedNs, x.RunnableNs, x.IOBytes, x.IONs,
+					x.DirtiedBytes, x.WritebackBytes}
 			})
 			if err != nil {
 				return err
 			}
 			err = appendRows(dconn, "client_rollups", len(r.Clients), func(i int) []driver.Value {
 				x := &r.Clients[i]
-				return []driver.Value{x.BucketNs, x.PeriodNs, x.Client, x.Requests, x.Errors, x.CPUNs, x.BlockedNs, x.IOBytes, x.IONs}
+				return []driver.Value{x.BucketNs, x.PeriodNs, x.Client, x.Requests, x.Errors, x.CPUNs, x.BlockedNs, x.IOBytes, x.IONs,
+					x.DirtiedBytes, x.WritebackBytes}
 			})
 			if err != nil {
 				return err

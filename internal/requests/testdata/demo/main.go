@@ -15,6 +15,7 @@
 //	demo front   -addr A -middle URL
 //	demo client  -front URL -client NAME -gets N -puts N   (prints a JSON line per request)
 //	demo load    -front URL -duration D -concurrency C     (prints requests/s)
+//	demo load    -front URL -requests N -concurrency C     (N requests in all)
 //
 // OTLP goes to -otlp-grpc or -otlp-http (host:port), whichever is given.
 package main
@@ -73,6 +74,7 @@ func main() {
 	puts := fs.Int("puts", 0, "client: writes")
 	duration := fs.Duration("duration", 5*time.Second, "load: how long")
 	conc := fs.Int("concurrency", 4, "load: concurrent clients")
+	total := fs.Int("requests", 0, "load: send this many requests in all, rather than for -duration")
 	fs.Parse(os.Args[2:])
 
 	shutdown := setupTracing(role, *otlpGRPC, *otlpHTTP)
@@ -87,7 +89,7 @@ func main() {
 	case "client":
 		runClient(*front, *client, *gets, *puts)
 	case "load":
-		runLoad(*front, *duration, *conc)
+		runLoad(*front, *duration, *total, *conc)
 	default:
 		log.Fatalf("unknown role %q", role)
 	}
@@ -393,18 +395,24 @@ func runClient(front, client string, gets, puts int) {
 	}
 }
 
-// runLoad sends reads and writes from concurrent clients and prints the
-// throughput.
-func runLoad(front string, d time.Duration, conc int) {
-	var done atomic.Int64
-	var errs atomic.Int64
-	stop := time.Now().Add(d)
+// runLoad sends reads and writes from concurrent clients, for d or, when
+// total > 0, until total requests are done, and prints the throughput.
+func runLoad(front string, d time.Duration, total, conc int) {
+	var done, next, errs atomic.Int64
+	began := time.Now()
+	stop := began.Add(d)
+	more := func() bool {
+		if total > 0 {
+			return next.Add(1) <= int64(total)
+		}
+		return time.Now().Before(stop)
+	}
 	var wg sync.WaitGroup
 	for c := 0; c < conc; c++ {
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
-			for i := 0; time.Now().Before(stop); i++ {
+			for i := 0; more(); i++ {
 				op := "get"
 				if i%2 == 1 {
 					op = "put"
@@ -417,5 +425,7 @@ func runLoad(front string, d time.Duration, conc int) {
 		}(c)
 	}
 	wg.Wait()
-	fmt.Printf(`{"requests": %d, "errors": %d, "per_second": %.1f}`+"\n", done.Load(), errs.Load(), float64(done.Load())/d.Seconds())
+	took := time.Since(began)
+	fmt.Printf(`{"requests": %d, "errors": %d, "seconds": %.3f, "per_second": %.1f}`+"\n", done.Load(), errs.Load(),
+		took.Seconds(), float64(done.Load())/took.Seconds())
 }
