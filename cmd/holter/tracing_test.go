@@ -153,7 +153,7 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
-	path := func(id string) *requests.Path { return tracePath(t, bin, dir, id) }
+	path := func(id string) *requests.Path { return tracePath(t, bin, "--data", dir, id) }
 	find := func(n *requests.Node, service, op string) *requests.Node { return findSpan(t, n, service, op) }
 
 	blockedReads := 0
