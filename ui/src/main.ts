@@ -218,7 +218,8 @@ async function refreshVitals() {
   try {
     const [a, fs] = await Promise.all([get<VitalsAnswer>('/api/vitals', { from, to, timescale: state.timescale, host: state.ov!.host }),
       // The charts do without their finding marks rather than fail.
-      loadFindings(from, to, state.ov!.host).catch((e) => { showError(e); return { findings: [] }; })]);
+      // (A fleet may keep its findings with its hosts: no marks then.)
+      loadFindings(from, to, state.ov!.host).catch((e) => { if (!state.ov!.fleet) showError(e); return { findings: [] }; })]);
     if (seq !== vitalsSeq) return; // a newer view was asked for meanwhile
     state.vitals = a;
     state.marks = marksOf(fs.findings);
