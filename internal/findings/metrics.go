@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/holter-dev/holter/internal/diagnose"
 )
@@ -44,7 +45,7 @@ type MetricSet struct {
 // frequent label weighs as much as it happened rather than as often as it
 // was sampled.
 //
-// The store does the derivation in one scan of the range's samples and
+// The store does the derivation in one query over the range's samples and
 // returns each metric binned (see Resolution): the values of one bin merged
 // into their weighted mean with their total weight and count
 // (diagnose.Sample.Counts), separately for the first and the second half
@@ -78,20 +79,17 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	m.Truncated = res.Truncated
-	for _, row := range res.Rows {
-		add(fmt.Sprint(row[0]), toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
-	}
-	// The mean latency per epoch of the samples in the range, for Little's
-	// law.
-	res, err = q.Query(ctx, representedCTE(host, 0, first, r.EndNs, "s.vital IN ('blio', 'syscall')")+fmt.Sprintf(`
-		SELECT vital, epoch, sum(latency_ns * de) / sum(de) FROM r
-		WHERE ts_ns >= %d AND ts_ns < %d AND latency_ns IS NOT NULL AND de > 0 GROUP BY vital, epoch`, r.StartNs, r.EndNs))
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
+	// Rows named "(latency) VITAL" are the mean latency of a vital's
+	// samples in one epoch (its number in the second column), for
+	// Little's law.
 	latency := map[[2]any]float64{} // (vital, epoch) -> weighted mean latency
 	for _, row := range res.Rows {
-		latency[[2]any{fmt.Sprint(row[0]), toInt(row[1])}] = toFloat(row[2])
+		name := fmt.Sprint(row[0])
+		if vital, ok := strings.CutPrefix(name, "(latency) "); ok {
+			latency[[2]any{vital, toInt(row[1])}] = toFloat(row[2])
+			continue
+		}
+		add(name, toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
 	}
 	res, err = q.Query(ctx, fmt.Sprintf(`SELECT v.vital, e.epoch, CAST(v.events AS DOUBLE) / ((e.end_ns - e.start_ns) / 1e9)
 		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
@@ -143,13 +141,15 @@ var EMDTolerance = 2 * (math.Exp2(1.0/Resolution) - 1)
 // metricsSQL follows representedCTE: it computes each sample's inter-arrival
 // gap, names the metrics the sample is a measurement of (with its value),
 // numbers each metric's measurements in time order to split them into
-// halves, and bins them. Placeholders: range start and end, Resolution.
+// halves, and bins them; and it adds the mean latency per epoch of blio and
+// syscall. Placeholders: range start and end, Resolution.
 const metricsSQL = `, g AS (
-		SELECT ts_ns, de, vital, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap,
+		SELECT ts_ns, epoch, de, vital, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap,
 			CAST(delay_ns AS DOUBLE) AS delay, CAST(latency_ns AS DOUBLE) AS lat, CAST(queue_ns AS DOUBLE) AS queue,
 			CAST(bytes_requested AS DOUBLE) AS size, CAST(sector AS DOUBLE) AS sector, CAST(bytes AS DOUBLE) AS sbytes,
 			CAST(alloc_order AS DOUBLE) AS aorder, syscall_nr, nullif(op, '') AS op
 		FROM r),
+	in_range AS (SELECT * FROM g WHERE ts_ns >= %[1]d AND ts_ns < %[2]d AND de > 0),
 	m AS (
 		SELECT ts_ns, de AS w, unnest(CASE vital
 			WHEN 'sched' THEN [{'n': 'sched wake-up to run delay (ns)', 'v': delay}]
@@ -163,14 +163,17 @@ const metricsSQL = `, g AS (
 			WHEN 'sock' THEN [{'n': 'sock bytes', 'v': sbytes}]
 			WHEN 'kmem' THEN [{'n': 'kmem allocation order', 'v': aorder}]
 			ELSE [] END || [{'n': 'inter-arrival ' || vital || ' (ns)', 'v': CAST(gap AS DOUBLE) / de}]) AS x
-		FROM g WHERE ts_ns >= %d AND ts_ns < %d AND de > 0),
+		FROM in_range),
 	h AS (
 		SELECT x.n AS n, x.v AS v, w,
 			row_number() OVER (PARTITION BY x.n ORDER BY ts_ns) > count(*) OVER (PARTITION BY x.n) // 2 AS second
 		FROM m WHERE x.n IS NOT NULL AND x.v IS NOT NULL AND NOT isnan(x.v))
-	SELECT n, sum(v * w) / sum(w), sum(w), count(*) FROM h
-	GROUP BY n, second, sign(v), CASE WHEN v <> 0 THEN floor(log2(abs(v)) * %d) END
-	ORDER BY n, second, 2`
+	SELECT n, sum(v * w) / sum(w) AS mean, sum(w) AS wsum, count(*) AS cnt, second FROM h
+	GROUP BY n, second, sign(v), CASE WHEN v <> 0 THEN floor(log2(abs(v)) * %[3]d) END
+	UNION ALL
+	SELECT '(latency) ' || vital, CAST(epoch AS DOUBLE), sum(lat * de) / sum(de), 0, NULL FROM in_range
+	WHERE vital IN ('blio', 'syscall') AND lat IS NOT NULL GROUP BY vital, epoch
+	ORDER BY n, second, mean`
 
 // MinEpochs is the fewest epochs a metric with one value per epoch needs on
 // each side to be ranked: each of its values summarises an epoch's events,
