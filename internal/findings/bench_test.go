@@ -54,10 +54,15 @@ func busyMinute(rng *rand.Rand, number int64, n int, slow float64) *store.Epoch 
 
 // busyStore writes two 5-minute windows of one-minute epochs, perEpoch
 // samples each, block I/O 3× slower in the second, and returns the store
-// with the two windows as START/END ranges (target second).
+// with the two windows as START/END ranges (target second). The store is
+// written in HOLTER_BENCH_STORE when that names a directory.
 func busyStore(tb testing.TB, perEpoch int) (st *store.Store, target, reference string) {
 	tb.Helper()
-	st, err := store.Open(tb.TempDir(), nil)
+	dir := tb.TempDir()
+	if d := os.Getenv("HOLTER_BENCH_STORE"); d != "" {
+		dir = d // kept, for timing `holter diff --data` on it
+	}
+	st, err := store.Open(dir, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
