@@ -30,10 +30,24 @@ type Sample struct {
 	// Weights, if not nil, has one non-negative weight per value (for example
 	// the count a sketch sample stands for). Nil weighs every value 1.
 	Weights []float64
+	// Counts, if not nil, has for each value the number of measurements it
+	// stands for: measurements of nearly equal values merged into one
+	// value with their total weight, as findings.Metrics does to bound
+	// what it reads. Nil is one measurement per value.
+	Counts []int
 }
 
-// Len is the number of values.
-func (s Sample) Len() int { return len(s.Values) }
+// Len is the number of measurements: the values, or with Counts their sum.
+func (s Sample) Len() int {
+	if s.Counts == nil {
+		return len(s.Values)
+	}
+	n := 0
+	for _, c := range s.Counts {
+		n += c
+	}
+	return n
+}
 
 // check validates the sample and returns its total weight.
 func (s Sample) check() (float64, error) {
@@ -42,6 +56,9 @@ func (s Sample) check() (float64, error) {
 	}
 	if s.Weights != nil && len(s.Weights) != len(s.Values) {
 		return 0, fmt.Errorf("%w: %d weights for %d values", ErrBadWeights, len(s.Weights), len(s.Values))
+	}
+	if s.Counts != nil && len(s.Counts) != len(s.Values) {
+		return 0, fmt.Errorf("%w: %d counts for %d values", ErrBadWeights, len(s.Counts), len(s.Values))
 	}
 	total := 0.0
 	for i, v := range s.Values {

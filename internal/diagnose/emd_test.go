@@ -224,3 +224,42 @@ func TestRankNoise(t *testing.T) {
 		t.Errorf("denoised: %+v", ranked)
 	}
 }
+
+// TestRankCounts: a sample whose equal values are merged (Counts) ranks as
+// the sample with every measurement listed — the same EMD, noise, means and
+// numbers of measurements — and counts of the wrong length are refused.
+func TestRankCounts(t *testing.T) {
+	// Time order: the first half is small values, the second large ones.
+	target := Sample{Values: []float64{1, 1, 1, 2, 5, 5, 5, 5}, Weights: []float64{1, 1, 1, 2, 1, 1, 1, 1}}
+	reference := Sample{Values: []float64{1, 1, 2, 2, 2, 3, 3, 3, 3, 3}}
+	merged := func(s Sample, counts []int) Sample {
+		var m Sample
+		i := 0
+		for _, c := range counts {
+			w := 0.0
+			for k := i; k < i+c; k++ {
+				w += s.weight(k)
+			}
+			m.Values, m.Weights, m.Counts = append(m.Values, s.Values[i]), append(m.Weights, w), append(m.Counts, c)
+			i += c
+		}
+		return m
+	}
+	want, _, err := Rank([]Metric{{Name: "m", Target: target, Reference: reference}}, &RankOptions{MinSamples: 8})
+	if err != nil || len(want) != 1 {
+		t.Fatal(want, err)
+	}
+	got, skipped, err := Rank([]Metric{{Name: "m", Target: merged(target, []int{3, 1, 4}), Reference: merged(reference, []int{2, 3, 5})}},
+		&RankOptions{MinSamples: 8})
+	if err != nil || len(got) != 1 {
+		t.Fatal(got, skipped, err)
+	}
+	g, w := got[0], want[0]
+	if math.Abs(g.EMD-w.EMD) > 1e-12 || math.Abs(g.Noise-w.Noise) > 1e-12 || g.Noise == 0 || g.TargetN != 8 || g.ReferenceN != 10 ||
+		math.Abs(g.TargetMean-w.TargetMean) > 1e-12 {
+		t.Errorf("merged %+v, listed %+v", g, w)
+	}
+	if _, _, err := EMD(Sample{Values: []float64{1, 2}, Counts: []int{1}}, reference); !errors.Is(err, ErrBadWeights) {
+		t.Errorf("counts of the wrong length: %v", err)
+	}
+}

@@ -215,12 +215,23 @@ func histogram(t, r Sample, bins int) Histogram {
 }
 
 // halves splits a valid sample into its first and second half by count,
-// keeping the order of the values.
+// keeping the order of the values. With Counts the first half ends after
+// the first value that brings its measurements to half of Len, rounded
+// down.
 func (s Sample) halves() (Sample, Sample) {
 	h := len(s.Values) / 2
+	if s.Counts != nil {
+		half, n := s.Len()/2, 0
+		for h = 0; h < len(s.Counts) && n < half; h++ {
+			n += s.Counts[h]
+		}
+	}
 	a, b := Sample{Values: s.Values[:h]}, Sample{Values: s.Values[h:]}
 	if s.Weights != nil {
 		a.Weights, b.Weights = s.Weights[:h], s.Weights[h:]
+	}
+	if s.Counts != nil {
+		a.Counts, b.Counts = s.Counts[:h], s.Counts[h:]
 	}
 	return a, b
 }

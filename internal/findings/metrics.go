@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/holter-dev/holter/internal/diagnose"
 )
@@ -43,84 +44,52 @@ type MetricSet struct {
 // weight since its previous sample over its own weight, see Load), so a
 // frequent label weighs as much as it happened rather than as often as it
 // was sampled.
+//
+// The store does the derivation in one query over the range's samples and
+// returns each metric binned (see Resolution): the values of one bin merged
+// into their weighted mean with their total weight and count
+// (diagnose.Sample.Counts), separately for the first and the second half
+// of the metric's measurements in time order, so that a busy range costs
+// a few thousand rows rather than one per sample.
 func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, error) {
 	if r.EndNs <= r.StartNs {
 		return nil, fmt.Errorf("metrics: empty range")
 	}
 	m := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}}
-	add := func(name string, v, w float64) {
+	add := func(name string, v, w float64, n int) {
 		if math.IsNaN(v) || math.IsNaN(w) || w <= 0 {
 			return
 		}
 		s := m.Samples[name]
 		s.Values = append(s.Values, v)
 		s.Weights = append(s.Weights, w)
+		s.Counts = append(s.Counts, n)
 		m.Samples[name] = s
 	}
 	// Samples count by their own time, so that a range boundary inside an
 	// epoch (a workload started mid-epoch) splits the epoch's samples; the
 	// epoch holding the start is read whole, for the weights its samples
 	// stand for.
-	res, err := q.Query(ctx, fmt.Sprintf(`SELECT coalesce(max(start_ns), %d) FROM epochs WHERE host = %s AND start_ns <= %d`,
-		r.StartNs, sqlString(host), r.StartNs))
+	first, err := firstEpoch(ctx, q, host, r)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, err
 	}
-	first := r.StartNs
-	if len(res.Rows) > 0 {
-		first = toInt(res.Rows[0][0])
-	}
-	cte := representedCTE(host, 0, first, r.EndNs, "")
-	res, err = q.Query(ctx, cte+fmt.Sprintf(`, g AS (SELECT *, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap FROM r)
-		SELECT vital, epoch, ts_ns, de, gap,
-		CAST(delay_ns AS DOUBLE), CAST(latency_ns AS DOUBLE), CAST(queue_ns AS DOUBLE), CAST(bytes_requested AS DOUBLE),
-		CAST(sector AS DOUBLE), CAST(bytes AS DOUBLE), CAST(alloc_order AS DOUBLE), syscall_nr, op
-		FROM g WHERE ts_ns >= %d AND ts_ns < %d ORDER BY ts_ns`, r.StartNs, r.EndNs))
+	res, err := q.Query(ctx, representedCTE(host, 0, first, r.EndNs, "")+fmt.Sprintf(metricsSQL, r.StartNs, r.EndNs, Resolution))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	m.Truncated = res.Truncated
-	type lat struct{ sum, n float64 }
-	latency := map[[2]any]*lat{} // (vital, epoch) -> weighted latency
+	// Rows named "(latency) VITAL" are the mean latency of a vital's
+	// samples in one epoch (its number in the second column), for
+	// Little's law.
+	latency := map[[2]any]float64{} // (vital, epoch) -> weighted mean latency
 	for _, row := range res.Rows {
-		vital, epoch, de := fmt.Sprint(row[0]), toInt(row[1]), toFloat(row[3])
-		if gap := toFloat(row[4]); !math.IsNaN(gap) && de > 0 {
-			add("inter-arrival "+vital+" (ns)", gap/de, de)
+		name := fmt.Sprint(row[0])
+		if vital, ok := strings.CutPrefix(name, "(latency) "); ok {
+			latency[[2]any{vital, toInt(row[1])}] = toFloat(row[2])
+			continue
 		}
-		delay, latNs, queue := toFloat(row[5]), toFloat(row[6]), toFloat(row[7])
-		switch vital {
-		case "sched":
-			add("sched wake-up to run delay (ns)", delay, de)
-		case "blck":
-			add("blck blocked time (ns)", delay, de)
-		case "lock":
-			add("lock wait (ns)", delay, de)
-		case "syscall":
-			add("syscall latency (ns)", latNs, de)
-			if nr := toFloat(row[12]); !math.IsNaN(nr) {
-				add(fmt.Sprintf("syscall %d latency (ns)", int64(nr)), latNs, de)
-			}
-		case "blio":
-			add("blio latency (ns)", latNs, de)
-			add("blio queue time (ns)", queue, de)
-			add("blio request size (bytes)", toFloat(row[8]), de)
-			add("blio sector", toFloat(row[9]), de)
-			if op, ok := row[13].(string); ok && op != "" {
-				add("blio "+op+" latency (ns)", latNs, de)
-			}
-		case "sock":
-			add("sock bytes", toFloat(row[10]), de)
-		case "kmem":
-			add("kmem allocation order", toFloat(row[11]), de)
-		}
-		if (vital == "blio" || vital == "syscall") && !math.IsNaN(latNs) && de > 0 {
-			k := [2]any{vital, epoch}
-			if latency[k] == nil {
-				latency[k] = &lat{}
-			}
-			latency[k].sum += latNs * de
-			latency[k].n += de
-		}
+		add(name, toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
 	}
 	res, err = q.Query(ctx, fmt.Sprintf(`SELECT v.vital, e.epoch, CAST(v.events AS DOUBLE) / ((e.end_ns - e.start_ns) / 1e9)
 		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
@@ -131,16 +100,80 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	}
 	for _, row := range res.Rows {
 		vital, epoch, rate := fmt.Sprint(row[0]), toInt(row[1]), toFloat(row[2])
-		add(vital+" events/s per epoch", rate, 1)
+		add(vital+" events/s per epoch", rate, 1, 1)
 		m.PerEpoch[vital+" events/s per epoch"] = true
-		if l := latency[[2]any{vital, epoch}]; l != nil && l.n > 0 {
+		if l, ok := latency[[2]any{vital, epoch}]; ok {
 			name := map[string]string{"blio": "outstanding block requests (Little)", "syscall": "system calls in flight (Little)"}[vital]
-			add(name, rate*l.sum/l.n/1e9, 1)
+			add(name, rate*l/1e9, 1, 1)
 			m.PerEpoch[name] = true
 		}
 	}
 	return m, nil
 }
+
+// firstEpoch is the start of the epoch holding r's start, or r's start when
+// none does.
+func firstEpoch(ctx context.Context, q Querier, host string, r Range) (int64, error) {
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT coalesce(max(start_ns), %d) FROM epochs WHERE host = %s AND start_ns <= %d`,
+		r.StartNs, sqlString(host), r.StartNs))
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	if len(res.Rows) > 0 {
+		return toInt(res.Rows[0][0]), nil
+	}
+	return r.StartNs, nil
+}
+
+// Resolution is the number of bins per doubling that Metrics bins each
+// metric's values in: a bin's values lie within a factor 2^(1/Resolution)
+// (0.54%) of each other, and are merged into their weighted mean. The
+// means are then exact, and every value moves by less than 0.54% of
+// itself, so the scaled EMD of a metric (diagnose.EMD: in units of the
+// larger mean) moves by less than 2 × 0.54% = 1.1% (EMDTolerance) —
+// TestMetricsMatchLegacy checks that against the unbinned derivation.
+const Resolution = 128
+
+// EMDTolerance bounds how far binning (Resolution) moves a metric's EMD
+// and noise: 2 (2^(1/Resolution) - 1).
+var EMDTolerance = 2 * (math.Exp2(1.0/Resolution) - 1)
+
+// metricsSQL follows representedCTE: it computes each sample's inter-arrival
+// gap, names the metrics the sample is a measurement of (with its value),
+// numbers each metric's measurements in time order to split them into
+// halves, and bins them; and it adds the mean latency per epoch of blio and
+// syscall. Placeholders: range start and end, Resolution.
+const metricsSQL = `, g AS (
+		SELECT ts_ns, epoch, de, vital, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap,
+			CAST(delay_ns AS DOUBLE) AS delay, CAST(latency_ns AS DOUBLE) AS lat, CAST(queue_ns AS DOUBLE) AS queue,
+			CAST(bytes_requested AS DOUBLE) AS size, CAST(sector AS DOUBLE) AS sector, CAST(bytes AS DOUBLE) AS sbytes,
+			CAST(alloc_order AS DOUBLE) AS aorder, syscall_nr, nullif(op, '') AS op
+		FROM r),
+	in_range AS (SELECT * FROM g WHERE ts_ns >= %[1]d AND ts_ns < %[2]d AND de > 0),
+	m AS (
+		SELECT ts_ns, de AS w, unnest(CASE vital
+			WHEN 'sched' THEN [{'n': 'sched wake-up to run delay (ns)', 'v': delay}]
+			WHEN 'blck' THEN [{'n': 'blck blocked time (ns)', 'v': delay}]
+			WHEN 'lock' THEN [{'n': 'lock wait (ns)', 'v': delay}]
+			WHEN 'syscall' THEN [{'n': 'syscall latency (ns)', 'v': lat},
+				{'n': 'syscall ' || CAST(syscall_nr AS VARCHAR) || ' latency (ns)', 'v': lat}]
+			WHEN 'blio' THEN [{'n': 'blio latency (ns)', 'v': lat}, {'n': 'blio queue time (ns)', 'v': queue},
+				{'n': 'blio request size (bytes)', 'v': size}, {'n': 'blio sector', 'v': sector},
+				{'n': 'blio ' || op || ' latency (ns)', 'v': lat}]
+			WHEN 'sock' THEN [{'n': 'sock bytes', 'v': sbytes}]
+			WHEN 'kmem' THEN [{'n': 'kmem allocation order', 'v': aorder}]
+			ELSE [] END || [{'n': 'inter-arrival ' || vital || ' (ns)', 'v': CAST(gap AS DOUBLE) / de}]) AS x
+		FROM in_range),
+	h AS (
+		SELECT x.n AS n, x.v AS v, w,
+			row_number() OVER (PARTITION BY x.n ORDER BY ts_ns) > count(*) OVER (PARTITION BY x.n) // 2 AS second
+		FROM m WHERE x.n IS NOT NULL AND x.v IS NOT NULL AND NOT isnan(x.v))
+	SELECT n, sum(v * w) / sum(w) AS mean, sum(w) AS wsum, count(*) AS cnt, second FROM h
+	GROUP BY n, second, sign(v), CASE WHEN v <> 0 THEN floor(log2(abs(v)) * %[3]d) END
+	UNION ALL
+	SELECT '(latency) ' || vital, CAST(epoch AS DOUBLE), sum(lat * de) / sum(de), 0, NULL FROM in_range
+	WHERE vital IN ('blio', 'syscall') AND lat IS NOT NULL GROUP BY vital, epoch
+	ORDER BY n, second, mean`
 
 // MinEpochs is the fewest epochs a metric with one value per epoch needs on
 // each side to be ranked: each of its values summarises an epoch's events,
@@ -187,6 +220,18 @@ func Compare(t, r *MetricSet, opts *diagnose.RankOptions) ([]diagnose.Ranked, []
 	return diagnose.Rank(ms, opts)
 }
 
+// ones is counts, or n counts of one when it is nil.
+func ones(counts []int, n int) []int {
+	if counts != nil {
+		return counts[:len(counts):len(counts)]
+	}
+	c := make([]int, n)
+	for i := range c {
+		c[i] = 1
+	}
+	return c
+}
+
 // Join is the metrics of consecutive ranges, given oldest first, as if
 // derived from their union: values stay in time order. The sets are not
 // changed.
@@ -197,6 +242,9 @@ func Join(sets ...*MetricSet) *MetricSet {
 			j := out.Samples[n]
 			j.Values = append(j.Values[:len(j.Values):len(j.Values)], s.Values...)
 			j.Weights = append(j.Weights[:len(j.Weights):len(j.Weights)], s.Weights...)
+			if s.Counts != nil || j.Counts != nil {
+				j.Counts = append(ones(j.Counts, len(j.Values)-len(s.Values)), ones(s.Counts, len(s.Values))...)
+			}
 			out.Samples[n] = j
 		}
 		for n := range m.PerEpoch {

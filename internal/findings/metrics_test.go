@@ -29,6 +29,12 @@ func TestJoin(t *testing.T) {
 		t.Errorf("join changed its inputs: a %v, j %v, j2 %v", a.Samples["x"], j.Samples["x"], j2.Samples["x"])
 	}
 
+	// Binned values keep their counts; values without count one each.
+	c := &MetricSet{Samples: map[string]diagnose.Sample{"x": {Values: []float64{7}, Weights: []float64{3}, Counts: []int{5}}}}
+	if got := Join(a, c).Samples["x"]; !reflect.DeepEqual(got.Counts, []int{1, 1, 5}) || got.Len() != 7 {
+		t.Errorf("joined counts %+v", got)
+	}
+
 	target := &MetricSet{Samples: map[string]diagnose.Sample{
 		"e per epoch": {Values: []float64{9, 9, 9, 9}}, "x": {Values: []float64{1, 2, 3, 4}}}, PerEpoch: map[string]bool{"e per epoch": true}}
 	ref := &MetricSet{Samples: map[string]diagnose.Sample{
