@@ -350,7 +350,7 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 // records with 1 s epochs, checks each recent stretch against the ones
 // before it. After about 25 s of the machine's usual background a workload
 // starts fdatasync'd O_DIRECT writes for 20 s: a reference-drift finding
-// over the workload appears in holter findings, stored by the recorder,
+// with a block I/O metric among its top three.
 // with a block I/O metric on top.
 func TestOnlineDriftOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -389,12 +389,19 @@ func TestOnlineDriftOnARealRecording(t *testing.T) {
 	if len(drift) == 0 {
 		t.Fatalf("no reference-drift finding over the workload; recorder log:\n%s", r.log)
 	}
+	// The workload's block I/O must be among each drift's top three metrics
+	// for some drift over it (on a busy machine another process's syscall
+	// latency can change as much in the same seconds).
+	isIO := func(name string) bool { return strings.Contains(name, "blio") || strings.Contains(name, "block") }
 	io := false
 	for _, f := range drift {
 		t.Logf("%s: %s (evidence %+v)", f.Subject, f.Summary, f.Evidence)
-		io = io || strings.Contains(f.Subject, "blio") || strings.Contains(f.Subject, "block")
+		io = io || isIO(f.Subject)
+		for i, e := range f.Evidence {
+			io = io || i < 3 && isIO(e.Name)
+		}
 	}
 	if !io {
-		t.Errorf("no drift over the workload has a block I/O metric on top")
+		t.Errorf("no drift over the workload has a block I/O metric among its top three")
 	}
 }
