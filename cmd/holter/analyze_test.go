@@ -350,8 +350,8 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 // records with 1 s epochs, checks each recent stretch against the ones
 // before it. After about 25 s of the machine's usual background a workload
 // starts fdatasync'd O_DIRECT writes for 20 s: a reference-drift finding
+// over the workload appears in holter findings, stored by the recorder,
 // with a block I/O metric among its top three.
-// with a block I/O metric on top.
 func TestOnlineDriftOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
