@@ -60,17 +60,12 @@ func shipAll(t *testing.T, st *store.Store, ch *clickhouse.Client, last int64, h
 // getJSON fetches url and decodes its body, whatever the status.
 func getJSON(t *testing.T, url string) (int, any) {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	code, b := testutil.HTTPGet(t, url)
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("GET %s: %d, body is not JSON: %q", url, resp.StatusCode, b)
+		t.Fatalf("GET %s: %d, body is not JSON: %q", url, code, b)
 	}
-	return resp.StatusCode, v
+	return code, v
 }
 
 // TestFleetAPIMatchesStore ships two synthetic hosts' recordings from a
