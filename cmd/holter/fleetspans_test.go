@@ -135,7 +135,10 @@ func pathSpans(p *requests.Path) []string {
 // batch that coalesces the request on the other — and reconstructs its
 // causal path from ClickHouse: one tree across both hosts, whose spans are
 // the union of what each agent's own store gives, with the hops between
-// hosts marked remote and the batch billed through its link.
+// hosts marked remote and the batch billed through its link. holter ui
+// --source lists the request with both hosts and serves the same path and
+// latency graph, and headless Chromium (ui/test/fleetpaths.test.mjs) sees
+// the Request traces tab draw the cross-host waterfall.
 func TestFleetSpans(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
@@ -272,6 +275,10 @@ func TestFleetSpans(t *testing.T) {
 	if !reflect.DeepEqual(g, viaAPIGraph) {
 		t.Errorf("fleet /api/latency-graph differs from latency-graph --source:\n%+v\n%+v", viaAPIGraph, g)
 	}
+	// The Request traces tab draws it (ui/test/fleetpaths.test.mjs).
+	requireBrowser(t)
+	runBrowserTests(t, "test/fleetpaths.test.mjs", "ui-fleet-paths", "HOLTER_URL="+ui+"/", "HOLTER_TRACE_ID="+trace,
+		"HOLTER_HOSTS=span-a,span-b")
 }
 
 // apiDecode fetches an API answer into out, integers exact; it must
