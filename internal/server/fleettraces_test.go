@@ -111,9 +111,13 @@ func TestFleetTraces(t *testing.T) {
 		"/api/latency-graph?service=middle&operation=reserve", "/api/latency-graph?service=storage&operation=flush",
 		"/api/latency-graph?service=front&operation="+url.QueryEscape("GET /checkout")+"&client=alice",
 		"/api/latency-graph?service=front")
+	var tookL, tookF time.Duration
 	for _, p := range paths {
+		t0 := time.Now()
 		codeL, ansL := getJSON(t, local+p)
+		t1 := time.Now()
 		codeF, ansF := getJSON(t, fleet+p)
+		tookL, tookF = tookL+t1.Sub(t0), tookF+time.Since(t1)
 		for _, ans := range []any{ansL, ansF} {
 			if m, ok := ans.(map[string]any); ok {
 				delete(m, "build_ns") // how long it took
@@ -125,6 +129,9 @@ func TestFleetTraces(t *testing.T) {
 			t.Errorf("GET %s\nstore of all hosts %d: %.3000s\nClickHouse         %d: %.3000s", p, codeL, l, codeF, f)
 		}
 	}
+
+	t.Logf("%d requests answered alike; the store of all hosts in %v, ClickHouse in %v (%.1fx)", len(paths), tookL, tookF,
+		tookF.Seconds()/tookL.Seconds())
 
 	// The split request is listed with both hosts and the whole demand
 	// charged to it: its spans' own plus a quarter of the batch.
