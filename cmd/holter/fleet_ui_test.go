@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os/exec"
 	"reflect"
@@ -41,16 +39,8 @@ func serveUI(t *testing.T, bin string, args ...string) string {
 // apiGet fetches an API answer as generic JSON; it must succeed.
 func apiGet(t *testing.T, base, path string, q url.Values) any {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Get(base + path + "?" + q.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	var v any
-	if err := json.Unmarshal(b, &v); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s%s?%s: %d %s", base, path, q.Encode(), resp.StatusCode, b)
-	}
+	apiDecode(t, base+path+"?"+q.Encode(), &v)
 	return v
 }
 

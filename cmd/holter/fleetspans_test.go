@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os/exec"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -132,7 +135,10 @@ func pathSpans(p *requests.Path) []string {
 // batch that coalesces the request on the other — and reconstructs its
 // causal path from ClickHouse: one tree across both hosts, whose spans are
 // the union of what each agent's own store gives, with the hops between
-// hosts marked remote and the batch billed through its link.
+// hosts marked remote and the batch billed through its link. holter ui
+// --source lists the request with both hosts and serves the same path and
+// latency graph, and headless Chromium (ui/test/fleetpaths.test.mjs) sees
+// the Request traces tab draw the cross-host waterfall.
 func TestFleetSpans(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
@@ -229,5 +235,61 @@ func TestFleetSpans(t *testing.T) {
 	var g requests.Graph
 	if err := json.Unmarshal(out, &g); err != nil || g.Paths != 1 || len(g.Edges) < 4 {
 		t.Errorf("fleet latency graph: %v, %d paths, %d edges: %s", err, g.Paths, len(g.Edges), out)
+	}
+
+	// holter ui --source gives the same through the API the Request traces
+	// view draws from: the request listed with both hosts, its whole path
+	// (what trace-path --source prints) and its latency graph.
+	ui := serveUI(t, bin, "--source", ch.URL, "--source-db", "fleet")
+	var list struct {
+		Total  int64 `json:"total"`
+		Traces []struct {
+			TraceID   string   `json:"trace_id"`
+			Service   string   `json:"service"`
+			Operation string   `json:"operation"`
+			Spans     int64    `json:"spans"`
+			Hosts     []string `json:"hosts"`
+			Accounted bool     `json:"accounted"`
+		} `json:"traces"`
+	}
+	apiDecode(t, ui+"/api/traces", &list)
+	listed := false
+	for _, tr := range list.Traces {
+		if tr.TraceID == trace {
+			listed = tr.Service == "front" && tr.Operation == "GET /item" && tr.Spans == 3 &&
+				strings.Join(tr.Hosts, ",") == "span-a,span-b" && tr.Accounted == fleet.Own.Accounted
+		}
+	}
+	if list.Total != 2 || !listed {
+		t.Errorf("fleet /api/traces: want the request (front GET /item, 3 spans on span-a and span-b, accounted as its path) and the batch: %+v", list)
+	}
+	var viaAPI requests.Path
+	apiDecode(t, ui+"/api/traces/"+trace+"/path", &viaAPI)
+	fleet.BuildNs, viaAPI.BuildNs = 0, 0
+	if a, b := fmt.Sprintf("%+v", pathSpans(fleet)), fmt.Sprintf("%+v", pathSpans(&viaAPI)); a != b ||
+		!reflect.DeepEqual(fleet.Own, viaAPI.Own) || !reflect.DeepEqual(fleet.Total, viaAPI.Total) || len(viaAPI.Coalesced) != 1 {
+		t.Errorf("fleet /api/traces/{id}/path differs from trace-path --source:\n%s\n%s", a, b)
+	}
+	var viaAPIGraph requests.Graph
+	apiDecode(t, ui+"/api/latency-graph?"+url.Values{"service": {"front"}, "operation": {"GET /item"}}.Encode(), &viaAPIGraph)
+	if !reflect.DeepEqual(g, viaAPIGraph) {
+		t.Errorf("fleet /api/latency-graph differs from latency-graph --source:\n%+v\n%+v", viaAPIGraph, g)
+	}
+	// The Request traces tab draws it (ui/test/fleetpaths.test.mjs).
+	requireBrowser(t)
+	runBrowserTests(t, "test/fleetpaths.test.mjs", "ui-fleet-paths", "HOLTER_URL="+ui+"/", "HOLTER_TRACE_ID="+trace,
+		"HOLTER_HOSTS=span-a,span-b")
+}
+
+// apiDecode fetches an API answer into out, integers exact; it must
+// succeed.
+func apiDecode(t *testing.T, url string, out any) {
+	t.Helper()
+	code, b := testutil.HTTPGet(t, url)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, code, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, b)
 	}
 }

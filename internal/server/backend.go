@@ -164,14 +164,10 @@ func literal(v any) (string, error) {
 // recorder with a 404 that says why, in fleet mode.
 func registerNotInFleet(mux *http.ServeMux) {
 	for route, what := range map[string]string{
-		"POST /api/runs":            "runs are added to a host's own store by its recorder",
-		"POST /api/trace":           "live queries run on a host's own agent (holter trace --hosts fans out over agents)",
-		"GET /api/traces/{id}/path": "request paths are built from a host's own store",
-		"GET /api/latency-graph":    "latency graphs are built from a host's own store",
-		"GET /metrics":              "the virtual performance counters are a host's own",
-		"GET /api/findings":         "findings are evaluated and stored by a host's own recorder",
-		"GET /api/diff":             "the metric diff is derived from a host's own samples",
-		"GET /api/traces":           "requests are listed from a host's own store",
+		"POST /api/runs":  "runs are added to a host's own store by its recorder",
+		"POST /api/trace": "live queries run on a host's own agent (holter trace --hosts fans out over agents)",
+		"GET /metrics":    "the virtual performance counters are a host's own",
+		"GET /api/diff":   "the metric diff is derived from a host's own samples",
 	} {
 		mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, "not in fleet mode: "+what+"; ask that host's agent (its --api address)")

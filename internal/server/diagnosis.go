@@ -11,10 +11,13 @@ import (
 )
 
 // registerAnalysis serves the stored findings, the reference-driven metric
-// ranking of `holter diff` and the list of recent traces (traces.go).
+// ranking of `holter diff` (from a host's own store only) and the list of
+// recent traces (traces.go).
 func registerAnalysis(mux *http.ServeMux, a *api) {
 	mux.HandleFunc("GET /api/findings", handle(a.findings))
-	mux.HandleFunc("GET /api/diff", handle(a.diff))
+	if !isFleet(a.store) {
+		mux.HandleFunc("GET /api/diff", handle(a.diff))
+	}
 	mux.HandleFunc("GET /api/traces", handle(a.traces))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/export"
+	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
@@ -59,17 +60,12 @@ func shipAll(t *testing.T, st *store.Store, ch *clickhouse.Client, last int64, h
 // getJSON fetches url and decodes its body, whatever the status.
 func getJSON(t *testing.T, url string) (int, any) {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	code, b := testutil.HTTPGet(t, url)
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("GET %s: %d, body is not JSON: %q", url, resp.StatusCode, b)
+		t.Fatalf("GET %s: %d, body is not JSON: %q", url, code, b)
 	}
-	return resp.StatusCode, v
+	return code, v
 }
 
 // TestFleetAPIMatchesStore ships two synthetic hosts' recordings from a
@@ -89,6 +85,15 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 	// Two hosts whose epochs interleave: h2 starts 20 s after h1.
 	synthetic{host: "h1", startNs: synthStart, epoch: time.Minute, epochs: 8, samplesPerEpoc: 66}.write(t, st)
 	synthetic{host: "h2", startNs: synthStart + 20e9, epoch: time.Minute, epochs: 8, samplesPerEpoc: 30}.write(t, st)
+	// Findings as each host's online analysis stores them.
+	for i, host := range []string{"h1", "h2"} {
+		f := findings.Finding{Rule: "rule5-blocking", Timescale: "epoch", Subject: "pid 200 (blocker)", StartNs: minute(2 + i),
+			EndNs: minute(4 + i), Score: float64(2 + i), Summary: "blocker blocks", Vitals: []string{"blck"},
+			Processes: []findings.Process{{Pid: 200, Comm: "blocker"}}}
+		if err := st.AddFindings(context.Background(), []store.Finding{f.Row(host)}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ch, err := clickhouse.New(chServer.URL, &clickhouse.Options{Database: "fleetapi"})
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +120,9 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 		"/api/flame?" + sel + "&vital=cpu",
 		"/api/flame?" + sel + "&vital=blck&" + base,
 		"/api/flame?" + sel + "&vital=cpu&func=mid_2",
+		"/api/findings?" + rangeQ(0, 8),
+		"/api/findings?" + rangeQ(0, 8) + "&rule=rule5-blocking",
+		"/api/findings?" + rangeQ(5, 8),
 	}
 	for _, by := range []string{"comm", "exe", "pid", "uid", "site", "ksite"} {
 		paths = append(paths, "/api/top?"+sel+"&vital=cpu&limit=50&by="+by)
@@ -167,6 +175,12 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 	if !hosts["h1"] || !hosts["h2"] || len(top.Rows) != 6 {
 		t.Errorf("fleet top processes: want each host's 3 processes with their host: %+v", top.Rows)
 	}
+	_, v = getJSON(t, fleet+"/api/findings?"+rangeQ(0, 8))
+	var fa FindingsAnswer
+	remarshal(t, v, &fa)
+	if len(fa.Findings) != 2 || fa.Findings[0].StartNs != minute(2) || fa.Findings[1].Score != 3 {
+		t.Errorf("fleet findings: want each host's shipped finding: %+v", fa.Findings)
+	}
 	_, v = getJSON(t, fleet+"/api/samples?"+sel+"&host=h2")
 	var sa SamplesAnswer
 	remarshal(t, v, &sa)
@@ -187,7 +201,10 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 		{"GET", "/api/status", 404, "fleet mode"},
 		{"POST", "/api/vitals/cpu?enabled=false", 404, "fleet mode"},
 		{"POST", "/api/trace", 404, "not in fleet mode: live queries"},
-		{"GET", "/api/latency-graph", 404, "not in fleet mode"},
+		{"GET", "/api/latency-graph", 400, "give service= and operation="},
+		{"GET", "/api/traces/xyz/path", 400, "32 hex digits"},
+		{"GET", "/metrics", 404, "not in fleet mode: the virtual performance counters"},
+		{"GET", "/api/diff?target=1&reference=2", 404, "not in fleet mode: the metric diff"},
 		{"GET", "/api/query?q=SELECT+count()+AS+n+FROM+epochs", 200, `"rows":[[16]]`},
 		{"GET", "/api/query?q=DROP+TABLE+epochs", 400, "clickhouse:"},
 	} {

@@ -12,18 +12,24 @@ import (
 )
 
 // registerRequests serves request tracing: a trace's causal path, a
-// workload's latency graph (JSON or DOT) and the virtual performance
-// counters in Prometheus text.
+// workload's latency graph (JSON or DOT) and, from a host's own store, the
+// virtual performance counters in Prometheus text. In fleet mode paths and
+// graphs are built by the same code from the spans every host shipped to
+// ClickHouse, so one request's spans from several hosts make one tree.
 func registerRequests(mux *http.ServeMux, opts Options) {
+	spans := store.Plain(opts.Store)
+	if isFleet(opts.Store) {
+		spans = requests.Fleet(spans)
+	}
 	mux.HandleFunc("GET /api/traces/{id}/path", func(w http.ResponseWriter, r *http.Request) {
-		p, err := requests.BuildPath(r.Context(), store.Plain(opts.Store), r.PathValue("id"))
+		p, err := requests.BuildPath(r.Context(), spans, r.PathValue("id"))
 		switch {
 		case errors.Is(err, requests.ErrBadTraceID):
 			writeError(w, http.StatusBadRequest, err.Error())
 		case errors.Is(err, requests.ErrNoTrace):
 			writeError(w, http.StatusNotFound, err.Error())
 		case err != nil:
-			writeError(w, http.StatusInternalServerError, err.Error())
+			writeError(w, errorCode(err, http.StatusInternalServerError), err.Error())
 		default:
 			writeJSON(w, http.StatusOK, p)
 		}
@@ -53,9 +59,9 @@ func registerRequests(mux *http.ServeMux, opts Options) {
 			writeError(w, http.StatusBadRequest, "give service= and operation=")
 			return
 		}
-		g, err := requests.BuildGraph(r.Context(), store.Plain(opts.Store), wl)
+		g, err := requests.BuildGraph(r.Context(), spans, wl)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			writeError(w, errorCode(err, http.StatusInternalServerError), err.Error())
 			return
 		}
 		if q.Get("format") == "dot" {
@@ -65,6 +71,9 @@ func registerRequests(mux *http.ServeMux, opts Options) {
 		}
 		writeJSON(w, http.StatusOK, g)
 	})
+	if isFleet(opts.Store) {
+		return
+	}
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		var buf bytes.Buffer
 		if err := requests.WriteMetrics(r.Context(), store.Plain(opts.Store), &buf); err != nil {

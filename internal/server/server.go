@@ -123,12 +123,10 @@ func Listen(opts Options) (*Server, error) {
 	} else {
 		registerRuns(mux, opts)
 		registerTrace(mux, opts)
-		registerRequests(mux, opts)
 	}
+	registerRequests(mux, opts)
 	a := &api{store: opts.Store, d: dialectOf(opts.Store)}
-	if !isFleet(opts.Store) {
-		registerAnalysis(mux, a)
-	}
+	registerAnalysis(mux, a)
 	mux.HandleFunc("GET /api/overview", handle(a.overview(opts.Status != nil)))
 	mux.HandleFunc("GET /api/vitals", handle(a.vitals))
 	mux.HandleFunc("GET /api/samples", handle(a.samples))

@@ -1,10 +1,14 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
 	"strings"
+
+	"github.com/holter-dev/holter/internal/requests"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 // Bounds of GET /api/traces.
@@ -33,6 +37,8 @@ type TraceSummary struct {
 	BlockedNs  float64 `json:"blocked_ns"`
 	IOBytes    float64 `json:"io_bytes"`
 	IONs       float64 `json:"io_ns"`
+	// Hosts are the hosts its spans came from, in order.
+	Hosts []string `json:"hosts"`
 }
 
 // TraceWorkload is a service and operation requests entered through (a
@@ -71,23 +77,12 @@ func (a *api) traces(r *http.Request) (any, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
-	where := []string{"d.start_ns >= $1", "d.start_ns < $2"}
-	args := []any{from, to}
-	if service != "" {
-		args = append(args, service)
-		cond := fmt.Sprintf("s.service = $%d", len(args))
-		if operation != "" {
-			args = append(args, operation)
-			cond += fmt.Sprintf(" AND s.name = $%d", len(args))
-		}
-		where = append(where, "d.trace_id IN (SELECT s.trace_id FROM spans s WHERE "+cond+")")
-	}
-	if client != "" {
-		args = append(args, client)
-		where = append(where, fmt.Sprintf("d.client = $%d", len(args)))
-	}
-	cond := strings.Join(where, " AND ")
 	ctx := r.Context()
+	if isFleet(a.store) {
+		cond, args := traceConds("trace_id", "t_start", "t_client", from, to, service, operation, client)
+		return a.fleetTraces(ctx, cond, args, from, to, limit)
+	}
+	cond, args := traceConds("d.trace_id", "d.start_ns", "d.client", from, to, service, operation, client)
 	out := TracesAnswer{Traces: []TraceSummary{}, Workloads: []TraceWorkload{}}
 	res, err := a.query(ctx, `SELECT count(*) FROM request_demand d WHERE `+cond, args...)
 	if err != nil {
@@ -107,6 +102,9 @@ func (a *api) traces(r *http.Request) (any, error) {
 			Spans: asInt(row[7]), Accounted: row[8] == true, CPUNs: asFloat(row[9]), BilledCPU: asFloat(row[10]),
 			BlockedNs: asFloat(row[11]), IOBytes: asFloat(row[12]), IONs: asFloat(row[13])})
 	}
+	if err := a.traceHosts(ctx, out.Traces); err != nil {
+		return nil, err
+	}
 	// The workloads of the range, whatever the other filters: what the
 	// latency graph can be drawn for.
 	res, err = a.query(ctx, fmt.Sprintf(`SELECT d.service, d.operation, count(*) FROM request_demand d
@@ -119,4 +117,161 @@ func (a *api) traces(r *http.Request) (any, error) {
 		out.Workloads = append(out.Workloads, TraceWorkload{Service: asString(row[0]), Operation: asString(row[1]), Traces: asInt(row[2])})
 	}
 	return out, nil
+}
+
+// traceConds selects the traces of GET /api/traces, given the columns of
+// a trace's id, start and client: starting in [from, to) ($1, $2), with a
+// span of the service (and operation), of the client.
+func traceConds(id, start, clientCol string, from, to int64, service, operation, client string) (string, []any) {
+	where := []string{start + " >= $1", start + " < $2"}
+	args := []any{from, to}
+	if service != "" {
+		args = append(args, service)
+		cond := fmt.Sprintf("s.service = $%d", len(args))
+		if operation != "" {
+			args = append(args, operation)
+			cond += fmt.Sprintf(" AND s.name = $%d", len(args))
+		}
+		where = append(where, id+" IN (SELECT s.trace_id FROM spans s WHERE "+cond+")")
+	}
+	if client != "" {
+		args = append(args, client)
+		where = append(where, fmt.Sprintf("%s = $%d", clientCol, len(args)))
+	}
+	return strings.Join(where, " AND "), args
+}
+
+// traceIDs is an SQL IN list of the traces' ids, as placeholders $1… and
+// their arguments.
+func traceIDs(ts []TraceSummary) (string, []any) {
+	marks := make([]string, len(ts))
+	args := make([]any, len(ts))
+	for i, t := range ts {
+		marks[i], args[i] = fmt.Sprintf("$%d", i+1), t.TraceID
+	}
+	return "(" + strings.Join(marks, ", ") + ")", args
+}
+
+// traceHosts fills in the hosts of each trace's spans.
+func (a *api) traceHosts(ctx context.Context, ts []TraceSummary) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	ids, args := traceIDs(ts)
+	res, err := a.query(ctx, `SELECT DISTINCT trace_id, host FROM spans WHERE trace_id IN `+ids+` ORDER BY trace_id, host`, args...)
+	if err != nil {
+		return err
+	}
+	hosts := map[string][]string{}
+	for _, row := range res.Rows {
+		id := asString(row[0])
+		hosts[id] = append(hosts[id], asString(row[1]))
+	}
+	for i := range ts {
+		ts[i].Hosts = append([]string{}, hosts[ts[i].TraceID]...)
+	}
+	return nil
+}
+
+// fleetTrace is one trace as the fleet's spans table gives it, whatever
+// hosts its spans came from: its start, duration, root span's service and
+// operation, and its client (the tagged client of some span, else the root
+// span's service, else the first span's), as the store's request_demand
+// and trace_clients views have them.
+const fleetTrace = `SELECT trace_id, min(start_ns) AS t_start, max(end_ns) - min(start_ns) AS t_duration,
+	count() AS t_spans, max(status_code = 'error') AS t_error,
+	argMinIf(service, start_ns, isNull(parent_span_id)) AS t_service,
+	argMinIf(name, start_ns, isNull(parent_span_id)) AS t_operation,
+	ifNull(max(client), if(countIf(isNull(parent_span_id)) > 0, argMinIf(service, start_ns, isNull(parent_span_id)),
+		argMin(service, start_ns))) AS t_client
+	FROM spans `
+
+// fleetTraces is GET /api/traces over the fleet's ClickHouse, which has the
+// raw spans, links and accounting every host shipped but not the store's
+// request_demand view: traces are grouped from the spans table, their own
+// demand summed from span_accounting, and the billed shares of coalesced
+// work taken from their causal paths (requests.BuildPath, the code the
+// view's numbers are checked against), for the few traces a batch links to.
+func (a *api) fleetTraces(ctx context.Context, cond string, args []any, from, to, limit int64) (any, error) {
+	traces := "(" + fleetTrace + " GROUP BY trace_id)"
+	out := TracesAnswer{Traces: []TraceSummary{}, Workloads: []TraceWorkload{}}
+	res, err := a.query(ctx, `SELECT count() FROM `+traces+` WHERE `+cond, args...)
+	if err != nil {
+		return nil, err
+	}
+	out.Total = asInt(res.Rows[0][0])
+	res, err = a.query(ctx, `SELECT trace_id, t_client, t_service, t_operation, t_start, t_duration, t_error, t_spans
+		FROM `+traces+` WHERE `+cond+fmt.Sprintf(` ORDER BY t_start DESC, trace_id LIMIT %d`, limit), args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range res.Rows {
+		out.Traces = append(out.Traces, TraceSummary{TraceID: asString(row[0]), Client: asString(row[1]), Service: asString(row[2]),
+			Operation: asString(row[3]), StartNs: asInt(row[4]), DurationNs: asInt(row[5]), Error: asInt(row[6]) != 0,
+			Spans: asInt(row[7])})
+	}
+	if len(out.Traces) > 0 {
+		if err := a.fleetDemand(ctx, out.Traces); err != nil {
+			return nil, err
+		}
+		if err := a.traceHosts(ctx, out.Traces); err != nil {
+			return nil, err
+		}
+	}
+	res, err = a.query(ctx, fmt.Sprintf(`SELECT t_service, t_operation, count() AS n FROM (`+fleetTrace+` GROUP BY trace_id)
+		WHERE t_start >= $1 AND t_start < $2 AND t_service != '' GROUP BY t_service, t_operation
+		ORDER BY n DESC, t_service, t_operation LIMIT %d`, maxWorkloads), from, to)
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range res.Rows {
+		out.Workloads = append(out.Workloads, TraceWorkload{Service: asString(row[0]), Operation: asString(row[1]), Traces: asInt(row[2])})
+	}
+	return out, nil
+}
+
+// fleetDemand fills in the kernel demand charged to each trace: its own
+// spans' self costs, plus the billed shares of the batches that link to it.
+func (a *api) fleetDemand(ctx context.Context, ts []TraceSummary) error {
+	ids, args := traceIDs(ts)
+	res, err := a.query(ctx, `SELECT trace_id, max(accounted), sum(self_cpu_ns), sum(self_blocked_ns), sum(io_bytes), sum(io_ns)
+		FROM span_accounting WHERE trace_id IN `+ids+` AND (trace_id, span_id) IN (SELECT trace_id, span_id FROM spans WHERE trace_id IN `+ids+`)
+		GROUP BY trace_id`, args...)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]*TraceSummary, len(ts))
+	for i := range ts {
+		byID[ts[i].TraceID] = &ts[i]
+	}
+	for _, row := range res.Rows {
+		if t := byID[asString(row[0])]; t != nil {
+			t.Accounted, t.CPUNs, t.BlockedNs, t.IOBytes, t.IONs = asInt(row[1]) != 0, asFloat(row[2]), asFloat(row[3]), asFloat(row[4]), asFloat(row[5])
+		}
+	}
+	res, err = a.query(ctx, `SELECT DISTINCT linked_trace_id FROM span_links WHERE linked_trace_id IN `+ids+` ORDER BY linked_trace_id`, args...)
+	if err != nil {
+		return err
+	}
+	for _, row := range res.Rows {
+		t := byID[asString(row[0])]
+		if t == nil {
+			continue
+		}
+		p, err := requests.BuildPath(ctx, requests.Fleet(store.Plain(a.store)), t.TraceID)
+		if err != nil {
+			return err
+		}
+		billed := p.Total
+		billed.CPUNs -= p.Own.CPUNs
+		billed.BlockedNs -= p.Own.BlockedNs
+		billed.IOBytes -= p.Own.IOBytes
+		billed.IONs -= p.Own.IONs
+		t.BilledCPU = billed.CPUNs
+		t.CPUNs += billed.CPUNs
+		t.BlockedNs += billed.BlockedNs
+		t.IOBytes += billed.IOBytes
+		t.IONs += billed.IONs
+	}
+	return nil
 }

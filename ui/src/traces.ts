@@ -9,7 +9,7 @@ import { fmtDuration, fmtNum, fmtTime, h, s } from './dom';
 export interface TraceSummary {
   trace_id: string; client: string; service: string; operation: string; start_ns: number; duration_ns: number;
   error: boolean; spans: number; accounted: boolean; cpu_ns: number; billed_cpu_ns: number; blocked_ns: number;
-  io_bytes: number; io_ns: number;
+  io_bytes: number; io_ns: number; hosts: string[];
 }
 export interface TraceWorkload { service: string; operation: string; traces: number }
 export interface TracesAnswer { total: number; traces: TraceSummary[]; workloads: TraceWorkload[] }
@@ -65,7 +65,7 @@ export async function renderTraces(el: HTMLElement, p: TracesPage) {
     (e.currentTarget as HTMLElement).classList.add('active');
     showPath(detail, t.trace_id, p);
   } }, h('td', {}, fmtTime(t.start_ns, true, true)), h('td', {}, t.service || '?'), h('td', {}, t.operation || '?'), h('td', {}, t.client),
-  h('td', { class: 'num' }, ms(t.duration_ns)), h('td', { class: 'num' }, t.spans),
+  h('td', { class: 'hosts' }, (t.hosts ?? []).join(', ')), h('td', { class: 'num' }, ms(t.duration_ns)), h('td', { class: 'num' }, t.spans),
   h('td', { class: 'num' }, t.accounted ? ms(t.cpu_ns) + (t.billed_cpu_ns > 0 ? ` (${ms(t.billed_cpu_ns)} billed)` : '') : '—'),
   h('td', { class: 'num' }, t.accounted ? ms(t.blocked_ns) : '—'), h('td', { class: 'num' }, t.accounted ? fmtNum(t.io_bytes) + 'B' : '—'),
   h('td', {}, t.error ? 'error' : '')));
@@ -81,7 +81,7 @@ export async function renderTraces(el: HTMLElement, p: TracesPage) {
       h('span', {}, `${a.total} traces` + (a.total > a.traces.length ? `, newest ${a.traces.length} shown` : ''))),
     a.traces.length === 0 ? h('p', { class: 'empty', id: 'no-traces' }, 'No trace received (holter record takes OTLP on 127.0.0.1:4317 and :4318).') :
       h('div', { class: 'samples' }, h('table', { id: 'traces-table' },
-        h('thead', {}, h('tr', {}, ...['start (UTC)', 'service', 'operation', 'client', 'duration', 'spans', 'CPU', 'blocked', 'I/O', ''].map((c) => h('th', {}, c)))),
+        h('thead', {}, h('tr', {}, ...['start (UTC)', 'service', 'operation', 'client', 'hosts', 'duration', 'spans', 'CPU', 'blocked', 'I/O', ''].map((c) => h('th', {}, c)))),
         h('tbody', {}, ...rows))),
     detail,
     h('h3', {}, 'Latency graph'),
@@ -131,7 +131,7 @@ export function waterfall(el: HTMLElement, path: TracePath) {
     const y = 18 + i * RH;
     const n = r.n;
     const cls = ['span', n.async ? 'async' : '', n.remote ? 'remote' : '', r.batch ? 'batch' : '', n.error ? 'err' : ''].filter(Boolean).join(' ');
-    const g = s('g', { class: cls, 'data-service': n.service, 'data-span': n.span_id });
+    const g = s('g', { class: cls, 'data-service': n.service, 'data-host': n.host, 'data-span': n.span_id });
     const marks = [n.remote ? '↪' : '', n.async ? 'async' : '', r.batch ? `coalesced: billed ${(r.batch.share * 100).toFixed(0)}% of ${r.batch.requests} requests` : ''].filter(Boolean).join(' ');
     g.append(s('text', { class: 'label', x: 4 + r.depth * 12, y: y + 14 }, `${n.service} · ${n.operation}`),
       s('rect', { class: 'bar', x: x(n.start_ns), y: y + 3, width: Math.max(x(n.end_ns) - x(n.start_ns), 2), height: RH - 6 }),

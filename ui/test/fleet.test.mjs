@@ -4,27 +4,20 @@
 //   HOLTER_ARTIFACTS  where screenshots go
 //   HOLTER_HOSTS      the hosts, comma-separated
 // It drives Debian's headless Chromium through playwright-core.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { env as setting, launch } from './lib.mjs';
+import { env as setting, session } from './lib.mjs';
 
 const env = (name) => setting(name, 'TestFleetUI');
 const url = env('HOLTER_URL');
 const artifacts = env('HOLTER_ARTIFACTS');
 const hosts = env('HOLTER_HOSTS').split(',');
 
-let browser, page;
-const errors = [];
-before(async () => { ({ browser, page } = await launch(errors)); });
-after(async () => { await browser?.close(); });
-
-const shot = async (name) => {
-  const path = `${artifacts}/${name}.png`;
-  await page.screenshot({ path, fullPage: true });
-  console.log(`screenshot: ${path}`);
-};
+const ui = session(artifacts);
+const { errors, shot } = ui;
 
 test('the host selector offers every host, and a vital overlays one line per host', async () => {
+  const { page } = ui; // launched by now
   try {
     await page.goto(url);
     await page.waitForSelector('body[data-ready]', { timeout: 15000 });

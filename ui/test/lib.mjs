@@ -1,5 +1,6 @@
 // What the browser tests share: their settings from the environment, and
 // Debian's headless Chromium driven through playwright-core.
+import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
 
 /** env returns a required setting, which the Go test named sets. */
@@ -20,4 +21,19 @@ export async function launch(errors = []) {
   page.setDefaultTimeout(20000); // a loaded 2-CPU machine answers slowly
   page.on('pageerror', (e) => { errors.push(e.message); console.log('page error:', e.message); });
   return { browser, page };
+}
+
+/** session launches Chromium before a script's tests and closes it after
+ * them; its page is set once they start, and shot saves a full-page
+ * screenshot NAME.png in artifacts. */
+export function session(artifacts) {
+  const s = { errors: [], browser: null, page: null };
+  before(async () => { ({ browser: s.browser, page: s.page } = await launch(s.errors)); });
+  after(async () => { await s.browser?.close(); });
+  s.shot = async (name) => {
+    const path = `${artifacts}/${name}.png`;
+    await s.page.screenshot({ path, fullPage: true });
+    console.log(`screenshot: ${path}`);
+  };
+  return s;
 }
