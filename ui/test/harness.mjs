@@ -1,7 +1,8 @@
-// What the browser tests share: their environment, and one Chromium page
-// per test file whose every test leaves a screenshot, pass or fail.
-import { after, before, test } from 'node:test';
-import { env as setting, launch } from './lib.mjs';
+// What TestUIInBrowser's scripts share: their environment, and one
+// Chromium page per test file whose every test leaves a screenshot, pass
+// or fail.
+import { test } from 'node:test';
+import { env as setting, session as chromiumSession } from './lib.mjs';
 
 export const env = (name) => setting(name, 'TestUIInBrowser');
 
@@ -9,25 +10,15 @@ export const env = (name) => setting(name, 'TestUIInBrowser');
  * page() is its page, uiTest(title, shotName, fn) a test with a screenshot,
  * shot(name) one more screenshot. */
 export function session() {
-  const artifacts = env('HOLTER_ARTIFACTS');
-  let browser, page;
-  before(async () => {
-    ({ browser, page } = await launch());
-  });
-  after(async () => { await browser?.close(); });
-  const shot = async (name) => {
-    const path = `${artifacts}/${name}.png`;
-    await page.screenshot({ path, fullPage: true });
-    console.log(`screenshot: ${path}`);
-  };
+  const s = chromiumSession(env('HOLTER_ARTIFACTS'));
   const uiTest = (title, shotName, fn) => test(title, async () => {
     try {
       await fn();
     } finally {
       // A screenshot is an artifact: its failure (a starved browser) must
       // not hide the test's own outcome.
-      await shot(shotName).catch((e) => console.log(`screenshot ${shotName} failed: ${e.message}`));
+      await s.shot(shotName).catch((e) => console.log(`screenshot ${shotName} failed: ${e.message}`));
     }
   });
-  return { uiTest, shot, page: () => page };
+  return { uiTest, shot: s.shot, page: () => s.page };
 }
