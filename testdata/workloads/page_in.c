@@ -2,10 +2,12 @@
  * of swapping (user page faults, blocked, block I/O) without needing swap
  * configured. A private, MADV_RANDOM mapping of a file whose page cache is
  * dropped before each pass: every write fault reads one page from the disk
- * (no readahead) and blocks for it. Arguments: file (created, 32 MiB),
- * seconds. */
+ * (no readahead) and blocks for it. Four threads fault at once, each in its
+ * quarter of the mapping, as a process short of memory does. Arguments:
+ * file (created, 32 MiB), seconds. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +24,26 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-__attribute__((noinline)) void holter_page_in(volatile char *p, double end)
+#define THREADS 4
+
+static double end;
+
+/* A stride over the pages of one quarter, so that neighbouring pages are
+ * not read one after another. */
+__attribute__((noinline)) void *holter_page_in(void *arg)
 {
-	/* A stride over the pages, so that neighbouring pages are not read
-	 * one after another. */
+	volatile char *p = arg;
+
 	for (long start = 0; start < 64 && now() < end; start++)
-		for (long i = start * 4096; i < SIZE; i += 64 * 4096)
+		for (long i = start * 4096; i < SIZE / THREADS; i += 64 * 4096)
 			p[i]++;
+	return NULL;
 }
 
 int main(int argc, char **argv)
 {
 	static char buf[1 << 20];
-	double end;
+	pthread_t t[THREADS];
 	int fd;
 
 	if (argc < 3) {
@@ -64,7 +73,10 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		madvise(p, SIZE, MADV_RANDOM);
-		holter_page_in(p, end);
+		for (int k = 0; k < THREADS; k++)
+			pthread_create(&t[k], NULL, holter_page_in, p + (long)k * (SIZE / THREADS));
+		for (int k = 0; k < THREADS; k++)
+			pthread_join(t[k], NULL);
 		munmap(p, SIZE);
 	}
 	return 0;
