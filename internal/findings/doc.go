@@ -41,10 +41,11 @@
 //	   cpuu high: kernel bottleneck                 cpu samples (in_kernel) high, and the
 //	                                                machine's scheduling delay high.
 //	5  blck high mirrored by blio, lock or sock     a process blocked >= ProcBlckHigh s/s that
-//	                                                also has blio, lock or sock samples; the
-//	                                                mirroring vitals name the source. Blocking
-//	                                                mirrored by none is a process waiting for
-//	                                                work and is not reported.
+//	                                                also has blio, lock or sock samples (lock
+//	                                                waits making up >= 10% of the blocked time);
+//	                                                the mirroring vitals name the source.
+//	                                                Blocking mirrored by none is a process
+//	                                                waiting for work and is not reported.
 //	6  umem high with blck and blio high: swapping  per process: faults/s, blocked s/s, blio
 //	                                                bytes/s all high.
 //	7  cpuu low for process and kernel, sched high  per process: scheduling delay high, CPU used

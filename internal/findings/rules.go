@@ -226,6 +226,10 @@ func kernelBottleneck(w *Window, l Levels) []Finding {
 	return out
 }
 
+// lockShareOfBlocked is the least share of a process's blocked time that
+// its lock waits must make up to mirror it (Rule #5).
+const lockShareOfBlocked = 0.1
+
 // Rule #5: a process blocked much of the time, and what mirrors it among
 // blio, lock and sock — the source of the blockage.
 func blockingMirrored(w *Window, l Levels) []Finding {
@@ -243,6 +247,13 @@ func blockingMirrored(w *Window, l Levels) []Finding {
 			for _, v := range []string{"blio", "lock", "sock"} {
 				m := w.Proc(i, v, p.Pid)
 				if m.Samples == 0 {
+					continue
+				}
+				// Lock waits are time, like blocking: a moment of
+				// contention in a process whose threads are otherwise
+				// parked waiting for work (a Go runtime's, blocked
+				// seconds a second) does not explain the blocking.
+				if v == "lock" && m.Weight < lockShareOfBlocked*p.Weight {
 					continue
 				}
 				mirrors = append(mirrors, v)

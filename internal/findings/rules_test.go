@@ -73,8 +73,10 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 				proc(2, "blck", 11, 0.9e6, 100), proc(2, "blio", 11, 4<<20, 100), // blocked, mirrored by blio
 				proc(3, "blck", 11, 0.9e6, 100), proc(3, "blio", 11, 4<<20, 100),
 				proc(2, "blck", 12, 0.95e6, 50),                            // blocked on a pipe: not mirrored, normal
-				proc(2, "blck", 13, 0.1e6, 10), proc(2, "lock", 13, 10, 1)) // barely blocked
-		}, []string{"pid 11 (pl)@2-3"}, "mirrored by blio"},
+				proc(2, "blck", 13, 0.1e6, 10), proc(2, "lock", 13, 10, 1), // barely blocked
+				proc(2, "blck", 14, 1.5e6, 300), proc(2, "lock", 14, 500, 2), // idle threads parked, a moment of lock contention
+				proc(3, "blck", 15, 2.5e6, 300), proc(3, "lock", 15, 2e6, 200)) // blocked on a lock
+		}, []string{"pid 11 (pl)@2-3", "pid 15 (pp)@3-3"}, "mirrored by"},
 		{"rule6-swapping", func(w *Window) {
 			w.Procs = append(w.Procs, proc(1, "umem", 20, 5000, 5000), proc(1, "blck", 20, 0.7e6, 10), proc(1, "blio", 20, 8<<20, 10),
 				proc(2, "umem", 21, 5000, 5000), proc(2, "blck", 21, 0.1e6, 10)) // faults without blocking: plenty of memory
