@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -131,23 +130,7 @@ func TestShenReproduction(t *testing.T) {
 	}
 	t.Logf("%d runs in %v", len(conds), time.Since(start).Round(time.Second))
 
-	out2, errOut, code := runHolter(t, bin, "runs", "--data", dir, "--json")
-	if code != 0 {
-		t.Fatalf("runs: exit %d %s", code, errOut)
-	}
-	var res struct {
-		Runs      []struct{ ID string }
-		Anomalies []struct {
-			Target, Reference string
-			PValue            float64 `json:"PValue"`
-			Metrics           []struct{ Name string }
-			Error             string
-		}
-		CatalogError string `json:"catalog_error"`
-	}
-	if err := json.Unmarshal([]byte(out2), &res); err != nil {
-		t.Fatal(err)
-	}
+	res, _ := holterRuns(t, bin, dir)
 	if res.CatalogError != "" {
 		t.Fatalf("the catalog cannot be analysed: %s", res.CatalogError)
 	}
