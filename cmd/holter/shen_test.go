@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,18 +25,18 @@ func (c shenCondition) id() string {
 }
 
 // planted: the region where the setup quietly collapses the device's
-// readahead to 4 KiB while the run's recorded parameter says 512 KiB.
+// readahead to 4 KiB while the run's recorded parameter says 128 KiB.
 // With think time the application's own sleeps bound its throughput, so the
 // region is where the anomaly shows in the performance figure.
 func (c shenCondition) planted() bool {
-	return c.readahead == 512 && c.runlen == 64 && c.thinkUs == 0
+	return c.readahead == 128 && c.runlen == 64 && c.thinkUs == 0
 }
 
 // TestShenReproduction reproduces Shen et al. §4 end to end on a loop
 // device: an I/O microbenchmark (testdata/workloads/io_bench.c) run through
 // `holter run` over a sample of execution conditions — concurrency,
 // sequential run length, think time, device readahead and I/O scheduler —
-// with an anomaly planted in one region (readahead recorded as 512 KiB but
+// with an anomaly planted in one region (readahead recorded as 128 KiB but
 // set to 4 KiB, which collapses the device's request sizes). holter runs
 // must flag the planted region's runs as targets (p <= 0.05) and rank the
 // device-level request size among the top three metrics for them. It logs
@@ -98,7 +99,7 @@ func TestShenReproduction(t *testing.T) {
 			}
 			for _, runlen := range []int{4, 64} {
 				for _, think := range []int{0, 1000} {
-					for _, ra := range []int{128, 512} {
+					for _, ra := range []int{64, 128} {
 						conds = append(conds, shenCondition{conc, runlen, think, ra, sched})
 					}
 				}
@@ -130,6 +131,18 @@ func TestShenReproduction(t *testing.T) {
 	}
 	t.Logf("%d runs in %v", len(conds), time.Since(start).Round(time.Second))
 
+	// Through the recorder's API, then from the store once the recorder
+	// has stopped: the assertions read the latter.
+	viaAPI, _ := holterRuns(t, bin, dir)
+	withMetrics := 0
+	for _, a := range viaAPI.Anomalies {
+		if len(a.Metrics) > 0 {
+			withMetrics++
+		}
+	}
+	t.Logf("through the recorder's API: %d symptoms, %d with metrics", len(viaAPI.Anomalies), withMetrics)
+	r.cmd.Process.Signal(syscall.SIGINT)
+	r.cmd.Wait()
 	res, _ := holterRuns(t, bin, dir)
 	if res.CatalogError != "" {
 		t.Fatalf("the catalog cannot be analysed: %s", res.CatalogError)
