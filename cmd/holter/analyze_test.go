@@ -240,21 +240,7 @@ func TestRunCatalogFindsThePlantedAnomaly(t *testing.T) {
 			}
 		}
 	}
-	out, errOut, code := runHolter(t, bin, "runs", "--data", dir, "--json")
-	if code != 0 {
-		t.Fatalf("runs: exit %d %s", code, errOut)
-	}
-	var res struct {
-		Runs      []struct{ ID string }
-		Anomalies []struct {
-			Target, Reference string
-			PValue            float64
-			Metrics           []struct{ Name string }
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatal(err)
-	}
+	res, out := holterRuns(t, bin, dir)
 	if len(res.Runs) != 32 {
 		t.Fatalf("%d runs in the catalog", len(res.Runs))
 	}
@@ -268,6 +254,33 @@ func TestRunCatalogFindsThePlantedAnomaly(t *testing.T) {
 	}
 	text, _, _ := runHolter(t, bin, "runs", "--data", dir)
 	t.Log(text)
+}
+
+// runsResult is the part of `holter runs --json` the tests read.
+type runsResult struct {
+	Runs      []struct{ ID string }
+	Anomalies []struct {
+		Target, Reference string
+		PValue            float64
+		Metrics           []struct{ Name string }
+		Error             string
+	}
+	CatalogError string `json:"catalog_error"`
+}
+
+// holterRuns runs `holter runs --json` on dir and returns its answer, and
+// the text of it.
+func holterRuns(t *testing.T, bin, dir string) (runsResult, string) {
+	t.Helper()
+	out, errOut, code := runHolter(t, bin, "runs", "--data", dir, "--json")
+	if code != 0 {
+		t.Fatalf("runs: exit %d %s", code, errOut)
+	}
+	var res runsResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("runs --json: %v\n%s", err, out)
+	}
+	return res, out
 }
 
 // TestRule10ExitAndKillOnARealRecording: a shell loop that exits when told

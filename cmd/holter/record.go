@@ -190,7 +190,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			}
 			return nil
 		}
-		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: status, SetVital: setVital, AddRun: st.AddRun})
+		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: status, SetVital: setVital, AddRun: func(ctx context.Context, r store.Run) error {
+			// A run happened on the host this recorder records: its
+			// metrics are that host's samples over the run's range.
+			if r.Host == "" {
+				r.Host = cfg.Host
+			}
+			return st.AddRun(ctx, r)
+		}})
 		if err != nil {
 			return err
 		}

@@ -292,9 +292,18 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 				for _, r := range runs {
 					byID[r.ID] = r
 				}
+				// Runs added before recorders named their host ran
+				// on the host recorded last.
+				latest := ""
+				if res, err := src.q.Query(ctx, `SELECT host FROM epochs ORDER BY end_ns DESC LIMIT 1`); err == nil && len(res.Rows) > 0 {
+					latest = fmt.Sprint(res.Rows[0][0])
+				}
 				for _, s := range scores {
 					p := pair{Score: s}
 					t, ref := byID[s.Target], byID[s.Reference]
+					if t.Host == "" {
+						t.Host = latest
+					}
 					ranked, _, err := findings.CompareRanges(ctx, src.q, t.Host, findings.Range{StartNs: t.StartNs, EndNs: t.EndNs},
 						findings.Range{StartNs: ref.StartNs, EndNs: ref.EndNs}, &diagnose.RankOptions{MinSamples: 5})
 					if err != nil {
