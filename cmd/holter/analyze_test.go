@@ -73,15 +73,7 @@ func TestAnalysisBadInput(t *testing.T) {
 // I/O metric first or second.
 func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
-	bin := testutil.BuildHolter(t)
-	work := testutil.BuildWorkload(t, "direct_write")
-	dir := t.TempDir()
-	// The budget off: a vital shed on a loaded machine would hide the
-	// workload the findings must name.
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
-	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
-	r.waitEach(t, 12)
-	before, after := directWrite(t, work, 8)
+	bin, dir, _, before, after := recordDirectWrite(t, 12, 8)
 	waitRecorded(t, bin, dir, after)
 	rng := func(a, b time.Time) string {
 		return a.UTC().Format(time.RFC3339Nano) + "/" + b.UTC().Format(time.RFC3339Nano)
@@ -150,6 +142,22 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 // directWrite runs the direct_write workload for the given seconds on a
 // disk (/var/tmp here; t.TempDir may be a tmpfs without block I/O) and
 // returns when it began and ended.
+// recordDirectWrite records with 1 s epochs and the budget off (a vital
+// shed on a loaded machine would hide the workload the analysis must
+// name), lets quiet epochs commit one by one, then runs the direct_write
+// workload for seconds; the recorder is stopped when the test ends.
+func recordDirectWrite(t *testing.T, quiet, seconds int) (bin, dir string, r *recording, began, ended time.Time) {
+	t.Helper()
+	bin = testutil.BuildHolter(t)
+	work := testutil.BuildWorkload(t, "direct_write")
+	dir = t.TempDir()
+	r = startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
+	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
+	r.waitEach(t, quiet)
+	began, ended = directWrite(t, work, seconds)
+	return bin, dir, r, began, ended
+}
+
 func directWrite(t *testing.T, work string, seconds int) (began, ended time.Time) {
 	t.Helper()
 	ioDir, err := os.MkdirTemp("/var/tmp", "holter-io-")
@@ -367,13 +375,7 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 // with a block I/O metric among its top three.
 func TestOnlineDriftOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
-	bin := testutil.BuildHolter(t)
-	work := testutil.BuildWorkload(t, "direct_write")
-	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off")
-	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
-	r.waitEach(t, 25)
-	began, ended := directWrite(t, work, 20)
+	bin, dir, r, began, ended := recordDirectWrite(t, 25, 20)
 	type finding struct {
 		Source, Rule, Subject, Summary string
 		StartNs                        int64 `json:"start_ns"`
