@@ -2,6 +2,7 @@ package findings
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -18,6 +19,9 @@ type MetricSet struct {
 	Samples map[string]diagnose.Sample
 	// PerEpoch names the metrics with one value per epoch.
 	PerEpoch map[string]bool
+	// Events is, for each per-epoch metric, the number of events its
+	// values summarise (the vital's events in the range's epochs).
+	Events map[string]float64
 	// Truncated: the range had more samples than one query returns, and
 	// the metrics use the first ones.
 	Truncated bool
@@ -55,7 +59,7 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	if r.EndNs <= r.StartNs {
 		return nil, fmt.Errorf("metrics: empty range")
 	}
-	m := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}}
+	m := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}, Events: map[string]float64{}}
 	add := func(name string, v, w float64, n int) {
 		if math.IsNaN(v) || math.IsNaN(w) || w <= 0 {
 			return
@@ -91,7 +95,7 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 		}
 		add(name, toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
 	}
-	res, err = q.Query(ctx, fmt.Sprintf(`SELECT v.vital, e.epoch, CAST(v.events AS DOUBLE) / ((e.end_ns - e.start_ns) / 1e9)
+	res, err = q.Query(ctx, fmt.Sprintf(`SELECT v.vital, e.epoch, CAST(v.events AS DOUBLE) / ((e.end_ns - e.start_ns) / 1e9), v.events
 		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
 		WHERE e.host = %s AND e.start_ns + (e.end_ns - e.start_ns) / 2 >= %d AND e.start_ns + (e.end_ns - e.start_ns) / 2 < %d
 		ORDER BY e.start_ns`, sqlString(host), r.StartNs, r.EndNs))
@@ -100,12 +104,15 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	}
 	for _, row := range res.Rows {
 		vital, epoch, rate := fmt.Sprint(row[0]), toInt(row[1]), toFloat(row[2])
+		events := toFloat(row[3])
 		add(vital+" events/s per epoch", rate, 1, 1)
 		m.PerEpoch[vital+" events/s per epoch"] = true
+		m.Events[vital+" events/s per epoch"] += events
 		if l, ok := latency[[2]any{vital, epoch}]; ok {
 			name := map[string]string{"blio": "outstanding block requests (Little)", "syscall": "system calls in flight (Little)"}[vital]
 			add(name, rate*l/1e9, 1, 1)
 			m.PerEpoch[name] = true
+			m.Events[name] += events
 		}
 	}
 	return m, nil
@@ -181,6 +188,20 @@ const metricsSQL = `, g AS (
 // measurements.
 const MinEpochs = 4
 
+// MinEvents is the fewest events a metric with one value per epoch needs in
+// the target and the reference together to be ranked. Scaled so the larger
+// mean is 1, a rate of a rare event — two signals in the reference, none in
+// the target — is as far apart as a distribution can be (EMD 1), though two
+// events say nothing about a change in rate: a Poisson count of 2 is 0 one
+// time in seven. With 30 events the two sides' counts differ by their own
+// noise by about a third of their mean at most, and an EMD near 1 needs one
+// side near silent against a steady stream.
+const MinEvents = 30
+
+// ErrTooFewEvents: a per-epoch metric summarises fewer than MinEvents events
+// over both ranges.
+var ErrTooFewEvents = errors.New("too few events")
+
 // CompareRanges derives the metrics of a target and a reference range and
 // ranks them by earth mover's distance (diagnose.Rank): the metrics most
 // differently distributed first.
@@ -210,14 +231,22 @@ func Compare(t, r *MetricSet, opts *diagnose.RankOptions) ([]diagnose.Ranked, []
 	}
 	sort.Strings(names)
 	var ms []diagnose.Metric
+	var few []diagnose.Skipped
 	for _, n := range names {
 		m := diagnose.Metric{Name: n, Target: t.Samples[n], Reference: r.Samples[n]}
 		if t.PerEpoch[n] || r.PerEpoch[n] {
 			m.MinSamples = MinEpochs
+			_, tk := t.Events[n]
+			_, rk := r.Events[n]
+			if e := t.Events[n] + r.Events[n]; (tk || rk) && e < MinEvents {
+				few = append(few, diagnose.Skipped{Name: n, Err: fmt.Errorf("%w: %.0f in both ranges, need %d", ErrTooFewEvents, e, MinEvents)})
+				continue
+			}
 		}
 		ms = append(ms, m)
 	}
-	return diagnose.Rank(ms, opts)
+	ranked, skipped, err := diagnose.Rank(ms, opts)
+	return ranked, append(skipped, few...), err
 }
 
 // ones is counts, or n counts of one when it is nil.
@@ -236,8 +265,11 @@ func ones(counts []int, n int) []int {
 // derived from their union: values stay in time order. The sets are not
 // changed.
 func Join(sets ...*MetricSet) *MetricSet {
-	out := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}}
+	out := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}, Events: map[string]float64{}}
 	for _, m := range sets {
+		for n, e := range m.Events {
+			out.Events[n] += e
+		}
 		for n, s := range m.Samples {
 			j := out.Samples[n]
 			j.Values = append(j.Values[:len(j.Values):len(j.Values)], s.Values...)

@@ -1,6 +1,7 @@
 package findings
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -45,5 +46,35 @@ func TestJoin(t *testing.T) {
 	}
 	if len(ranked) != 1 || ranked[0].Name != "e per epoch" || len(skipped) != 1 || skipped[0].Name != "x" {
 		t.Errorf("ranked %+v skipped %+v", ranked, skipped)
+	}
+}
+
+// TestCompareTooFewEvents: a per-epoch rate of a rare event — two in the
+// reference, none in the target — is not ranked (scaled, it would be as far
+// apart as any two distributions); with MinEvents events it is, and Join
+// adds the events of the sets it joins.
+func TestCompareTooFewEvents(t *testing.T) {
+	rates := func(events float64, vals ...float64) *MetricSet {
+		return &MetricSet{Samples: map[string]diagnose.Sample{"signal events/s per epoch": {Values: vals}},
+			PerEpoch: map[string]bool{"signal events/s per epoch": true},
+			Events:   map[string]float64{"signal events/s per epoch": events}}
+	}
+	ranked, skipped, err := Compare(rates(0, 0, 0, 0, 0), rates(2, 0.2, 0, 0, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranked) != 0 || len(skipped) != 1 || !errors.Is(skipped[0].Err, ErrTooFewEvents) {
+		t.Fatalf("two events: ranked %+v skipped %+v", ranked, skipped)
+	}
+	ref := Join(rates(MinEvents/2, 3, 3, 0, 0), rates(MinEvents/2, 3, 3, 0, 0))
+	if got := ref.Events["signal events/s per epoch"]; got != MinEvents {
+		t.Fatalf("joined events %v, want %d", got, MinEvents)
+	}
+	ranked, skipped, err = Compare(rates(0, 0, 0, 0, 0), ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ranked) != 1 || len(skipped) != 0 || ranked[0].EMD != 1 {
+		t.Fatalf("%d events: ranked %+v skipped %+v", MinEvents, ranked, skipped)
 	}
 }
