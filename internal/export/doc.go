@@ -18,6 +18,15 @@
 // are ReplacingMergeTrees NAME_rows keyed like the store, versioned by
 // epoch, read through a view NAME that selects FINAL.
 //
+// An epoch's batches are spooled together, a group, and are in ClickHouse
+// wholly or not at all once the spool is through with them: Status names
+// as shipped only an epoch all of whose batches the server acknowledged,
+// and over the size limit the spool drops the oldest groups whole. Stacks
+// and executables, which samples refer to, ship before the samples, and
+// each only once (Table.Once) — marked so when its batch is spooled, not
+// before; when a drop may have taken the only copy, the exporter forgets
+// them and spools the current epoch's again.
+//
 // Spans arrive between epochs, so they ship by another cursor: every
 // commit of spans or span accounting takes the next span commit sequence
 // number under the store's writer lock (store.SpanCommitSeq), so the

@@ -72,8 +72,10 @@ type Status struct {
 	DroppedBatches   uint64 `json:"dropped_batches"`
 	DroppedRows      uint64 `json:"dropped_rows"`
 	LastSpooledEpoch int64  `json:"last_spooled_epoch"`
-	LastShippedEpoch int64  `json:"last_shipped_epoch"`
-	// Span commits (store.SpanCommitSeq) spooled and shipped.
+	// LastShippedEpoch is the last epoch every batch of which the server
+	// acknowledged (since this process started; -1: none).
+	LastShippedEpoch int64 `json:"last_shipped_epoch"`
+	// Span commits (store.SpanCommitSeq) spooled and shipped, wholly.
 	LastSpooledSpanSeq int64     `json:"last_spooled_span_seq"`
 	LastShippedSpanSeq int64     `json:"last_shipped_span_seq"`
 	LastError          string    `json:"last_error,omitempty"`
@@ -149,12 +151,32 @@ func (e *Exporter) Committed(ctx context.Context, epoch int64) error {
 	}
 	for _, r := range res.Rows {
 		n, start, end := toInt(r[0]), toInt(r[1]), toInt(r[2])
-		batches, err := e.batches(ctx, false, fmt.Sprintf("%s/%d", e.opts.Host, n), n, e.opts.Host, n, start, end)
+		prefix, args := fmt.Sprintf("%s/%d", e.opts.Host, n), []any{e.opts.Host, n, start, end}
+		batches, shipped, err := e.batches(ctx, byEpoch, prefix, n, args...)
 		if err != nil {
 			return err
 		}
-		if err := e.spool.add(batches, func(st *spoolState) { st.LastEpoch = n }); err != nil {
+		dropped, err := e.spool.add(batches, func(st *spoolState) { st.LastEpoch = n })
+		if err != nil {
 			return err
+		}
+		e.markOnce(shipped)
+		if dropped {
+			// The dropped batches may have held the only copy of stacks
+			// this epoch's samples, and later ones, refer to: forget what
+			// was shipped once, and spool this epoch's again.
+			e.once = map[string]map[string]bool{}
+			again, shipped, err := e.batches(ctx, func(t *Table) bool { return t.Once }, prefix+"/again", n, args...)
+			if err != nil {
+				return err
+			}
+			dropped, err := e.spool.add(again, func(*spoolState) {})
+			if err != nil {
+				return err
+			}
+			if !dropped { // else they may be gone again: the next epochs send theirs
+				e.markOnce(shipped)
+			}
 		}
 	}
 	return e.spans(ctx)
@@ -183,18 +205,38 @@ func (e *Exporter) spans(ctx context.Context) error {
 	if hi <= lo {
 		return nil
 	}
-	batches, err := e.batches(ctx, true, fmt.Sprintf("%s/spans-%d-%d", e.opts.Host, lo, hi), hi, e.opts.Host, lo, hi)
+	batches, _, err := e.batches(ctx, func(t *Table) bool { return t.Seq }, fmt.Sprintf("%s/spans-%d-%d", e.opts.Host, lo, hi), hi, e.opts.Host, lo, hi)
 	if err != nil {
 		return err
 	}
-	return e.spool.add(batches, func(st *spoolState) { st.LastSpanSeq = hi })
+	_, err = e.spool.add(batches, func(st *spoolState) { st.LastSpanSeq = hi })
+	return err
 }
 
-// batches reads the rows of the tables that are (seq) or are not (!seq)
-// shipped by span commit sequence, as batches with ids prefix/table/i and
-// _version version; args are the tables' Rows parameters.
-func (e *Exporter) batches(ctx context.Context, seq bool, prefix string, version int64, args ...any) ([]*batch, error) {
+// byEpoch picks the tables shipped by epoch.
+func byEpoch(t *Table) bool { return !t.Seq }
+
+// onceKey is a row of a Once table, by its key.
+type onceKey struct{ table, key string }
+
+// markOnce records rows of Once tables as spooled, once they are: a
+// failed spool write must not keep them from the next try.
+func (e *Exporter) markOnce(keys []onceKey) {
+	for _, k := range keys {
+		if e.once[k.table] == nil {
+			e.once[k.table] = map[string]bool{}
+		}
+		e.once[k.table][k.key] = true
+	}
+}
+
+// batches reads the rows of the tables pick picks, as batches with ids
+// prefix/table/i and _version version; args are the tables' Rows
+// parameters. Rows of Once tables already spooled are left out; the ones
+// put in are returned, for markOnce once the batches are spooled.
+func (e *Exporter) batches(ctx context.Context, pick func(*Table) bool, prefix string, version int64, args ...any) ([]*batch, []onceKey, error) {
 	var out []*batch
+	var shipped []onceKey
 	// Every parameter is named once up front: DuckDB wants each one given
 	// to appear in the statement.
 	var params []string
@@ -204,12 +246,12 @@ func (e *Exporter) batches(ctx context.Context, seq bool, prefix string, version
 	with := `WITH _params AS (SELECT ` + strings.Join(params, ", ") + `) `
 	for i := range e.tables {
 		t := &e.tables[i]
-		if t.Seq != seq {
+		if !pick(t) {
 			continue
 		}
 		res, err := e.opts.Store.Query(ctx, with+t.Rows, args...)
 		if err != nil {
-			return nil, fmt.Errorf("export %s (%s): %w", t.Name, prefix, err)
+			return nil, nil, fmt.Errorf("export %s (%s): %w", t.Name, prefix, err)
 		}
 		if t.AddHost {
 			res.Columns = append(res.Columns, "host")
@@ -232,7 +274,7 @@ func (e *Exporter) batches(ctx context.Context, seq bool, prefix string, version
 			// The batch id is in every row, so whether a batch arrived can
 			// be asked of the server.
 			data := bytes.ReplaceAll(buf.Bytes(), []byte(`"_batch":""`), []byte(`"_batch":`+jsonString(id)))
-			out = append(out, &batch{batchHeader: batchHeader{ID: id, Table: t.Name, Epoch: version, Spans: seq, Rows: rows}, data: data})
+			out = append(out, &batch{batchHeader: batchHeader{ID: id, Table: t.Name, Epoch: version, Spans: t.Seq, Rows: rows}, data: data})
 			buf = bytes.Buffer{}
 			rows = 0
 		}
@@ -242,13 +284,10 @@ func (e *Exporter) batches(ctx context.Context, seq bool, prefix string, version
 				if e.once[t.Name][k] {
 					continue
 				}
-				if e.once[t.Name] == nil {
-					e.once[t.Name] = map[string]bool{}
-				}
-				e.once[t.Name][k] = true
+				shipped = append(shipped, onceKey{t.Name, k})
 			}
 			if err := encodeRow(&buf, res.Columns, r, e.cols[t.Name], version); err != nil {
-				return nil, fmt.Errorf("export %s (%s): %w", t.Name, prefix, err)
+				return nil, nil, fmt.Errorf("export %s (%s): %w", t.Name, prefix, err)
 			}
 			if rows++; rows == chunk {
 				flush()
@@ -256,7 +295,7 @@ func (e *Exporter) batches(ctx context.Context, seq bool, prefix string, version
 		}
 		flush()
 	}
-	return out, nil
+	return out, shipped, nil
 }
 
 func keyIndexes(cols, key []string) []int {
@@ -489,7 +528,8 @@ func (e *Exporter) Run(ctx context.Context) error {
 			fail(fmt.Errorf("ship %s: %w", b.ID, err))
 			continue
 		}
-		if err := e.spool.ack(f); err != nil {
+		whole, err := e.spool.ack(f)
+		if err != nil {
 			fail(err)
 			continue
 		}
@@ -503,9 +543,14 @@ func (e *Exporter) Run(ctx context.Context) error {
 			e.status.ShippedRows += uint64(b.Rows)
 			e.status.ShippedBytes += uint64(len(b.data))
 		}
-		if b.Spans {
+		// An epoch (a span commit range) is shipped when all its batches
+		// are: a reader of epochs up to LastShippedEpoch finds every
+		// sample, stack and vital of them.
+		switch {
+		case !whole:
+		case b.Spans:
 			e.status.LastShippedSpanSeq = max(e.status.LastShippedSpanSeq, b.Epoch)
-		} else {
+		default:
 			e.status.LastShippedEpoch = max(e.status.LastShippedEpoch, b.Epoch)
 		}
 		e.mu.Unlock()

@@ -43,8 +43,20 @@ type spoolFile struct {
 	name  string
 	size  int64
 	rows  int
+	group group
 	maybe bool // may have reached the server already: check before sending
 }
+
+// group is what one add spooled: an epoch's batches, or a span commit
+// range's (Spans, Epoch the range's last sequence number). A group's
+// files are adjacent in the spool; it is shipped when its last file is,
+// and dropped whole.
+type group struct {
+	epoch int64
+	spans bool
+}
+
+func (h batchHeader) group() group { return group{epoch: h.Epoch, spans: h.Spans} }
 
 type spoolState struct {
 	LastEpoch int64 `json:"last_epoch"`
@@ -112,7 +124,7 @@ func openSpool(dir string, limit int64) (*spool, error) {
 		}
 		// Batches left by an earlier process may have been sent without
 		// the acknowledgement reaching it.
-		s.files = append(s.files, &spoolFile{name: name, size: info.Size(), rows: h.Rows, maybe: true})
+		s.files = append(s.files, &spoolFile{name: name, size: info.Size(), rows: h.Rows, group: h.group(), maybe: true})
 		s.bytes += info.Size()
 		if seq >= s.next {
 			s.next = seq + 1
@@ -151,45 +163,58 @@ func readHeader(path string) (batchHeader, error) {
 	return h, nil
 }
 
-// add writes batches durably, then records in the state what they
-// covered (done: the epoch or span sequence spooled). Over the size limit,
-// the oldest batches are dropped and counted: the newest data is what a
-// diagnosis most likely needs.
-func (s *spool) add(batches []*batch, done func(*spoolState)) error {
+// add writes batches, one group, durably, then records in the state what
+// they covered (done: the epoch or span sequence spooled); if a write
+// fails, the group's files written so far are removed, so spooling it
+// again duplicates nothing. Over the size limit, the oldest groups are
+// dropped whole and counted — the newest data is what a diagnosis most
+// likely needs, and an epoch is in ClickHouse wholly or not at all (no
+// samples without their stacks); dropped says whether any batch was.
+func (s *spool) add(batches []*batch, done func(*spoolState)) (dropped bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maybe := s.reopened
 	s.reopened = false
+	written := len(s.files)
 	for _, b := range batches {
 		name := fmt.Sprintf("%020d.batch", s.next)
 		s.next++
 		hdr, _ := json.Marshal(b.batchHeader)
 		content := append(append(hdr, '\n'), b.data...)
 		if err := writeDurably(filepath.Join(s.dir, name), content); err != nil {
-			return fmt.Errorf("spool: %w", err)
+			for _, f := range s.files[written:] {
+				os.Remove(filepath.Join(s.dir, f.name))
+				s.bytes -= f.size
+			}
+			s.files = s.files[:written]
+			return false, fmt.Errorf("spool: %w", err)
 		}
-		s.files = append(s.files, &spoolFile{name: name, size: int64(len(content)), rows: b.Rows, maybe: maybe})
+		s.files = append(s.files, &spoolFile{name: name, size: int64(len(content)), rows: b.Rows, group: b.group(), maybe: maybe})
 		s.bytes += int64(len(content))
 	}
 	for s.limit > 0 && s.bytes > s.limit && len(s.files) > 0 {
-		f := s.files[0]
-		if err := os.Remove(filepath.Join(s.dir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("spool: drop: %w", err)
+		g := s.files[0].group
+		for len(s.files) > 0 && s.files[0].group == g {
+			f := s.files[0]
+			if err := os.Remove(filepath.Join(s.dir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return dropped, fmt.Errorf("spool: drop: %w", err)
+			}
+			s.files = s.files[1:]
+			s.bytes -= f.size
+			s.state.DroppedBatches++
+			s.state.DroppedRows += uint64(f.rows)
+			dropped = true
 		}
-		s.files = s.files[1:]
-		s.bytes -= f.size
-		s.state.DroppedBatches++
-		s.state.DroppedRows += uint64(f.rows)
 	}
 	done(&s.state)
 	if err := s.saveState(); err != nil {
-		return err
+		return dropped, err
 	}
 	select {
 	case s.changed <- struct{}{}:
 	default:
 	}
-	return syncDir(s.dir)
+	return dropped, syncDir(s.dir)
 }
 
 func (s *spool) saveState() error {
@@ -224,19 +249,20 @@ func (s *spool) head() (*batch, *spoolFile, error) {
 	return b, f, nil
 }
 
-// ack removes a batch the server has.
-func (s *spool) ack(f *spoolFile) error {
+// ack removes a batch the server has; whole says it was the last of its
+// group left, so the group's every batch is shipped.
+func (s *spool) ack(f *spoolFile) (whole bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.files) == 0 || s.files[0] != f {
-		return nil // dropped meanwhile
+		return false, nil // dropped meanwhile
 	}
 	s.files = s.files[1:]
 	s.bytes -= f.size
 	if err := os.Remove(filepath.Join(s.dir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("spool: %w", err)
+		return false, fmt.Errorf("spool: %w", err)
 	}
-	return nil
+	return len(s.files) == 0 || s.files[0].group != f.group, nil
 }
 
 func (s *spool) markMaybe(f *spoolFile) {

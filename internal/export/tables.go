@@ -78,11 +78,13 @@ func DefaultTables() []Table {
 	return []Table{
 		{Name: "epochs", Key: []string{"host", "epoch"}, Rows: `SELECT * FROM epochs WHERE host = $1 AND epoch = $2`},
 		{Name: "vitals", Key: []string{"host", "epoch", "vital"}, Rows: `SELECT * FROM vitals WHERE host = $1 AND epoch = $2`},
-		{Name: "samples", Key: []string{"host", "epoch", "ts_ns"}, Rows: `SELECT * FROM samples WHERE host = $1 AND epoch = $2 ORDER BY ts_ns`},
+		// Stacks and executables go before the samples that refer to
+		// them, so that a sample in ClickHouse always has its stacks.
 		{Name: "stacks", Key: []string{"stack_id"}, Latest: true, Once: true,
 			Rows: `SELECT * FROM stacks WHERE stack_id IN (SELECT kstack_id ` + epochSamples + ` UNION SELECT ustack_id ` + epochSamples + `)`},
 		{Name: "executables", Key: []string{"path"}, Latest: true, Once: true,
 			Rows: `SELECT * FROM executables WHERE path IN (SELECT exe ` + epochSamples + `)`},
+		{Name: "samples", Key: []string{"host", "epoch", "ts_ns"}, Rows: `SELECT * FROM samples WHERE host = $1 AND epoch = $2 ORDER BY ts_ns`},
 		{Name: "rollups", Key: []string{"timescale", "host", "bucket_ns", "vital"}, Latest: true,
 			Rows: `SELECT * FROM rollups WHERE ` + inBuckets},
 		{Name: "rollup_top", Key: []string{"timescale", "host", "bucket_ns", "vital", "rank"}, Latest: true,
