@@ -51,6 +51,7 @@ type Exporter struct {
 	tables []Table
 	cols   map[string][]column
 	once   map[string]map[string]bool
+	first  int64 // the first epoch Committed was told of; -1: none yet
 
 	mu     sync.Mutex
 	status Status
@@ -103,7 +104,7 @@ func New(opts Options) (*Exporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Exporter{opts: opts, spool: sp, tables: opts.Tables, cols: map[string][]column{}, once: map[string]map[string]bool{}}
+	e := &Exporter{opts: opts, spool: sp, tables: opts.Tables, cols: map[string][]column{}, once: map[string]map[string]bool{}, first: -1}
 	e.status = Status{URL: opts.Client.URL(), Database: opts.Client.Database(), SpoolLimit: opts.SpoolLimit, LastShippedEpoch: -1}
 	ctx := context.Background()
 	for i := range e.tables {
@@ -142,7 +143,12 @@ func hasColumn(cols []column, name string) bool {
 func (e *Exporter) Committed(ctx context.Context, epoch int64) error {
 	last := e.spool.lastEpoch()
 	if last < 0 {
-		last = epoch - 1 // a new spool starts with the epoch at hand
+		// A new spool starts with the first epoch it is told of, also
+		// when spooling that one failed.
+		if e.first < 0 {
+			e.first = epoch
+		}
+		last = e.first - 1
 	}
 	res, err := e.opts.Store.Query(ctx, `SELECT epoch, start_ns, end_ns FROM epochs WHERE host = $1 AND epoch > $2 AND epoch <= $3 ORDER BY epoch`,
 		e.opts.Host, last, epoch)

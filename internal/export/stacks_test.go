@@ -220,38 +220,44 @@ func TestExportShippedEpochIsWhole(t *testing.T) {
 }
 
 // TestExportSpoolWriteFailure fails the spooling of an epoch midway (a
-// directory where its third batch file goes); the next commit spools it
-// again: nothing of it arrives twice, and its stacks — which the failed
-// try had counted as shipped once — arrive.
+// directory where its third batch file goes) — the first epoch of a new
+// spool, then a later one; the next commit spools it again: nothing of it
+// arrives twice, and its stacks — which the failed try had counted as
+// shipped once — arrive.
 func TestExportSpoolWriteFailure(t *testing.T) {
 	server := testutil.StartClickHouse(t, "127.0.0.1")
 	f := newStacksFixture(t, server, "failure", Options{Rate: 1 << 30})
-	if err := f.commit(t, stackEpoch(1, 4, ids(100, 20)...)); err != nil {
+	failThird := func(ep *store.Epoch) {
+		t.Helper()
+		obstacle := filepath.Join(f.dir, fmt.Sprintf("%020d.batch", f.e.spool.next+2))
+		if err := os.MkdirAll(filepath.Join(obstacle, "x"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		err := f.commit(t, ep)
+		if err == nil {
+			t.Fatalf("spooling epoch %d with its third batch file unwritable did not fail", ep.Epoch)
+		}
+		t.Logf("spooling epoch %d failed as planned: %v", ep.Epoch, err)
+		if err := os.RemoveAll(obstacle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failThird(stackEpoch(1, 4, ids(100, 20)...))
+	if err := f.commit(t, stackEpoch(2, 4, append(ids(200, 20), ids(100, 3)...)...)); err != nil {
 		t.Fatal(err)
 	}
-	obstacle := filepath.Join(f.dir, fmt.Sprintf("%020d.batch", f.e.spool.next+2))
-	if err := os.MkdirAll(filepath.Join(obstacle, "x"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	err := f.commit(t, stackEpoch(2, 4, append(ids(200, 20), ids(100, 3)...)...))
-	if err == nil {
-		t.Fatal("spooling epoch 2 with its third batch file unwritable did not fail")
-	}
-	t.Logf("spooling epoch 2 failed as planned: %v", err)
-	if err := os.RemoveAll(obstacle); err != nil {
-		t.Fatal(err)
-	}
-	// Epoch 3's commit spools epoch 2 again, then epoch 3, on epoch 2's
+	failThird(stackEpoch(3, 4, append(ids(300, 20), ids(200, 3)...)...))
+	// Epoch 4's commit spools epoch 3 again, then epoch 4, on epoch 3's
 	// stacks.
-	if err := f.commit(t, stackEpoch(3, 4, ids(200, 5)...)); err != nil {
+	if err := f.commit(t, stackEpoch(4, 4, ids(300, 5)...)); err != nil {
 		t.Fatal(err)
 	}
 	f.run(t)
-	f.waitWhole(t, 3)
-	if want, got := f.perEpoch(t, 3, true), f.perEpoch(t, 3, false); want != got {
+	f.waitWhole(t, 4)
+	if want, got := f.perEpoch(t, 4, true), f.perEpoch(t, 4, false); want != got {
 		t.Errorf("epoch:rows:samples in the store %s, in ClickHouse %s", want, got)
 	}
-	if bad := f.unresolved(t, 3); len(bad) > 0 {
+	if bad := f.unresolved(t, 4); len(bad) > 0 {
 		t.Errorf("samples in ClickHouse without their stacks: %v", bad)
 	}
 }
