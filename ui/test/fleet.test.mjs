@@ -24,7 +24,11 @@ test('the host selector offers every host, and a vital overlays one line per hos
     const options = await page.locator('#host-select option').evaluateAll((os) => os.map((o) => [o.value, o.textContent]));
     assert.deepEqual(options.map((o) => o[0]), ['', ...hosts], `host options ${JSON.stringify(options)}`);
     assert.match(options[0][1], /all 2 hosts/);
+    // The whole recording: wait for its charts, not the ones drawn before
+    // (they have the same lines, and the redraw detaches them).
+    const before = await page.locator('#scale-info').textContent();
     await page.selectOption('#range', 'all');
+    await page.waitForFunction((b) => document.getElementById('scale-info').textContent !== b, before);
     const lines = page.locator('.vital-chart[data-vital="cpu"] path.line');
     await page.waitForFunction(() => document.querySelectorAll('.vital-chart[data-vital="cpu"] path.line').length === 2);
     const names = await lines.evaluateAll((ls) => ls.map((l) => [l.dataset.vital, l.getAttribute('stroke'), l.getAttribute('d')]));
