@@ -24,8 +24,8 @@
 // and over the size limit the spool drops the oldest groups whole. Stacks
 // and executables, which samples refer to, ship before the samples, and
 // each only once (Table.Once) — marked so when its batch is spooled, not
-// before; when a drop may have taken the only copy, the exporter forgets
-// them and spools the current epoch's again.
+// before; when spooling an epoch will drop batches, which may hold the
+// only copy, the exporter forgets them and spools all the epoch's.
 //
 // Spans arrive between epochs, so they ship by another cursor: every
 // commit of spans or span accounting takes the next span commit sequence

@@ -162,27 +162,22 @@ func (e *Exporter) Committed(ctx context.Context, epoch int64) error {
 		if err != nil {
 			return err
 		}
+		if len(e.once) > 0 && e.spool.wouldDrop(batches) {
+			// The batches to be dropped may hold the only copy of stacks
+			// this epoch's samples refer to: send them all again.
+			e.once = map[string]map[string]bool{}
+			if batches, shipped, err = e.batches(ctx, byEpoch, prefix, n, args...); err != nil {
+				return err
+			}
+		}
 		dropped, err := e.spool.add(batches, func(st *spoolState) { st.LastEpoch = n })
 		if err != nil {
 			return err
 		}
-		e.markOnce(shipped)
-		if dropped {
-			// The dropped batches may have held the only copy of stacks
-			// this epoch's samples, and later ones, refer to: forget what
-			// was shipped once, and spool this epoch's again.
+		if dropped { // maybe this epoch's own batches: later epochs send all theirs
 			e.once = map[string]map[string]bool{}
-			again, shipped, err := e.batches(ctx, func(t *Table) bool { return t.Once }, prefix+"/again", n, args...)
-			if err != nil {
-				return err
-			}
-			dropped, err := e.spool.add(again, func(*spoolState) {})
-			if err != nil {
-				return err
-			}
-			if !dropped { // else they may be gone again: the next epochs send theirs
-				e.markOnce(shipped)
-			}
+		} else {
+			e.markOnce(shipped)
 		}
 	}
 	return e.spans(ctx)

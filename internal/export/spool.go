@@ -179,8 +179,7 @@ func (s *spool) add(batches []*batch, done func(*spoolState)) (dropped bool, err
 	for _, b := range batches {
 		name := fmt.Sprintf("%020d.batch", s.next)
 		s.next++
-		hdr, _ := json.Marshal(b.batchHeader)
-		content := append(append(hdr, '\n'), b.data...)
+		content := b.content()
 		if err := writeDurably(filepath.Join(s.dir, name), content); err != nil {
 			for _, f := range s.files[written:] {
 				os.Remove(filepath.Join(s.dir, f.name))
@@ -215,6 +214,24 @@ func (s *spool) add(batches []*batch, done func(*spoolState)) (dropped bool, err
 	default:
 	}
 	return dropped, syncDir(s.dir)
+}
+
+// content is a batch's file: its header line, then its rows.
+func (b *batch) content() []byte {
+	hdr, _ := json.Marshal(b.batchHeader)
+	return append(append(hdr, '\n'), b.data...)
+}
+
+// wouldDrop says whether adding batches would drop any: only add makes
+// the spool grow, so a no holds until the add.
+func (s *spool) wouldDrop(batches []*batch) bool {
+	n := int64(0)
+	for _, b := range batches {
+		n += int64(len(b.content()))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit > 0 && s.bytes+n > s.limit
 }
 
 func (s *spool) saveState() error {

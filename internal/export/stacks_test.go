@@ -263,30 +263,45 @@ func TestExportSpoolWriteFailure(t *testing.T) {
 }
 
 // TestExportSpoolDropKeepsStacks overflows the spool before ClickHouse is
-// reached: a heavy epoch 1, with more deep stacks than the spool holds,
-// then a light epoch 2 whose samples are on some of epoch 1's stacks.
-// Epoch 1 is dropped, whole and counted; epoch 2 arrives with the stacks
-// it shares with epoch 1, which the exporter had spooled once, with
-// epoch 1.
+// reached, with an epoch 1 of many deep stacks and a light epoch 2 whose
+// samples are on some of them, which the exporter spooled once, with
+// epoch 1: epoch 1 is dropped, whole and counted, and epoch 2 arrives
+// with all its stacks. Epoch 1 is dropped at once, being larger than the
+// spool, or when epoch 2 is spooled, after it.
 func TestExportSpoolDropKeepsStacks(t *testing.T) {
 	server := testutil.StartClickHouse(t, "127.0.0.1")
-	f := newStacksFixture(t, server, "drop", Options{Rate: 1 << 30, SpoolLimit: 64 << 10})
-	if err := f.commit(t, stackEpoch(1, 24, ids(100, 400)...)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.commit(t, stackEpoch(2, 24, ids(150, 5)...)); err != nil {
-		t.Fatal(err)
-	}
-	st := f.e.Status()
-	if st.DroppedBatches == 0 {
-		t.Fatalf("a 64 KiB spool kept epoch 1's 400 deep stacks: %+v", st)
-	}
-	f.run(t)
-	f.waitWhole(t, 2)
-	if got := f.perEpoch(t, 2, false); got != "2:1:5" {
-		t.Errorf("epoch:rows:samples in ClickHouse: %s, want epoch 1 dropped whole and epoch 2's 5 samples", got)
-	}
-	if bad := f.unresolved(t, 2); len(bad) > 0 {
-		t.Errorf("samples in ClickHouse without their stacks: %v", bad)
+	for _, c := range []struct {
+		name   string
+		stacks int   // epoch 1's
+		limit  int64 // 0: just what epoch 1 takes
+	}{{"larger", 400, 64 << 10}, {"after", 40, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			limit := c.limit
+			if limit == 0 {
+				limit = 1 << 30 // until epoch 1 is spooled
+			}
+			f := newStacksFixture(t, server, "drop_"+c.name, Options{Rate: 1 << 30, SpoolLimit: limit})
+			if err := f.commit(t, stackEpoch(1, 24, ids(100, c.stacks)...)); err != nil {
+				t.Fatal(err)
+			}
+			if c.limit == 0 {
+				f.e.spool.limit = f.e.spool.bytes
+			}
+			if err := f.commit(t, stackEpoch(2, 24, ids(110, 5)...)); err != nil {
+				t.Fatal(err)
+			}
+			st := f.e.Status()
+			if st.DroppedBatches == 0 {
+				t.Fatalf("a spool of %d bytes kept epoch 1 of %d deep stacks: %+v", f.e.spool.limit, c.stacks, st)
+			}
+			f.run(t)
+			f.waitWhole(t, 2)
+			if got := f.perEpoch(t, 2, false); got != "2:1:5" {
+				t.Errorf("epoch:rows:samples in ClickHouse: %s, want epoch 1 dropped whole and epoch 2's 5 samples", got)
+			}
+			if bad := f.unresolved(t, 2); len(bad) > 0 {
+				t.Errorf("samples in ClickHouse without their stacks: %v", bad)
+			}
+		})
 	}
 }
