@@ -210,8 +210,19 @@ func (e *Exporter) spans(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.spool.add(batches, func(st *spoolState) { st.LastSpanSeq = hi })
-	return err
+	if _, err = e.spool.add(batches, func(st *spoolState) { st.LastSpanSeq = hi }); err != nil {
+		return err
+	}
+	if len(batches) == 0 {
+		// Commits whose rows are gone (pruned) ship nothing: they are
+		// shipped once every span batch before them is.
+		if !e.spool.spansPending() {
+			e.mu.Lock()
+			e.status.LastShippedSpanSeq = max(e.status.LastShippedSpanSeq, hi)
+			e.mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // byEpoch picks the tables shipped by epoch.

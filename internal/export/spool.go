@@ -56,6 +56,18 @@ type group struct {
 	spans bool
 }
 
+// spansPending: a span commit range has batches in the spool.
+func (s *spool) spansPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.files {
+		if f.group.spans {
+			return true
+		}
+	}
+	return false
+}
+
 func (h batchHeader) group() group { return group{epoch: h.Epoch, spans: h.Spans} }
 
 type spoolState struct {
