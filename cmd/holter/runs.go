@@ -302,6 +302,13 @@ func startOwnRecorder(dir string, epoch time.Duration, stderr io.Writer) (*clien
 	}
 }
 
+// runMinSamples is the fewest values a metric needs in each run of a pair
+// to be ranked. A run's own processes make few samples of what they do
+// rarely — the signal-mask calls of starting a thread, say — and between a
+// handful of values on each side the distance is their sampling noise,
+// which the halves of a run of a handful cannot measure (Denoise).
+const runMinSamples = 10
+
 // runRuns lists the run catalog and the reference-driven analysis of it.
 func runRuns(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("runs", stderr)
@@ -400,7 +407,12 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 					if err == nil {
 						var ref findings.Range
 						if ref, err = findings.ParseRange(ctx, src.q, s.Reference, time.Now()); err == nil {
-							ranked, _, err = findings.CompareRanges(ctx, src.q, host, t, ref, &diagnose.RankOptions{MinSamples: 5, Denoise: true})
+							var skipped []diagnose.Skipped
+							ranked, skipped, err = findings.CompareRanges(ctx, src.q, host, t, ref, &diagnose.RankOptions{MinSamples: runMinSamples, Denoise: true})
+							if err == nil && len(ranked) == 0 {
+								err = fmt.Errorf("no metric has %d values in both runs (%d left out): a run too short for its processes to be sampled enough",
+									runMinSamples, len(skipped))
+							}
 						}
 					}
 					if err != nil {
