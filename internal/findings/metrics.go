@@ -102,7 +102,7 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 		scope = fmt.Sprintf(` AND (%[1]s OR dev IN (SELECT dev FROM g WHERE vital = 'blio' AND %[1]s AND ts_ns >= %[2]d AND ts_ns < %[3]d))`,
 			in, r.StartNs, r.EndNs)
 	}
-	res, err := q.Query(ctx, representedCTE(host, 0, first, r.EndNs, samples)+fmt.Sprintf(metricsSQL, r.StartNs, r.EndNs, Resolution, scope))
+	res, err := q.Query(ctx, represented(host, 0, first, r.EndNs, samples, metricsColumns)+fmt.Sprintf(metricsSQL, r.StartNs, r.EndNs, Resolution, scope))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -172,14 +172,20 @@ const Resolution = 128
 // and noise: 2 (2^(1/Resolution) - 1).
 var EMDTolerance = 2 * (math.Exp2(1.0/Resolution) - 1)
 
-// metricsSQL follows representedCTE: it computes each sample's inter-arrival
-// gap, names the metrics the sample is a measurement of (with its value),
-// numbers each metric's measurements in time order to split them into
-// halves, and bins them; and it adds the mean latency per epoch of blio and
+// metricsColumns are the columns of the samples metricsSQL reads, and each
+// sample's inter-arrival gap, taken in the window that weighs it: the
+// window keeps the whole rows it is given, so a narrow one is the cheaper.
+const metricsColumns = `s.ts_ns, s.epoch, s.vital, s.pid, s.weight, s.delay_ns, s.latency_ns, s.queue_ns,
+			s.bytes_requested, s.sector, s.bytes, s.alloc_order, s.syscall_nr, s.op, s.dev,
+			s.ts_ns - lag(s.ts_ns) OVER w AS gap`
+
+// metricsSQL follows represented with metricsColumns: it names the metrics
+// each sample is a measurement of (with its value), numbers each metric's
+// measurements in time order to split them into halves, and bins them; and it adds the mean latency per epoch of blio and
 // syscall. Placeholders: range start and end, Resolution, and a condition
 // on the range's samples (AND ...) or "".
 const metricsSQL = `, g AS (
-		SELECT ts_ns, epoch, de, vital, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap,
+		SELECT ts_ns, epoch, de, vital, gap,
 			CAST(delay_ns AS DOUBLE) AS delay, CAST(latency_ns AS DOUBLE) AS lat, CAST(queue_ns AS DOUBLE) AS queue,
 			CAST(bytes_requested AS DOUBLE) AS size, CAST(sector AS DOUBLE) AS sector, CAST(bytes AS DOUBLE) AS sbytes,
 			CAST(alloc_order AS DOUBLE) AS aorder, syscall_nr, nullif(op, '') AS op, pid, dev
@@ -232,15 +238,23 @@ var ErrTooFewEvents = errors.New("too few events")
 
 // CompareRanges derives the metrics of a target and a reference range and
 // ranks them by earth mover's distance (diagnose.Rank): the metrics most
-// differently distributed first.
+// differently distributed first. The two ranges are derived at once, each
+// on a connection of its own.
 func CompareRanges(ctx context.Context, q Querier, host string, target, reference Range, opts *diagnose.RankOptions) ([]diagnose.Ranked, []diagnose.Skipped, error) {
+	var r *MetricSet
+	var rErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r, rErr = Metrics(ctx, q, host, reference)
+	}()
 	t, err := Metrics(ctx, q, host, target)
+	<-done
 	if err != nil {
 		return nil, nil, fmt.Errorf("target: %w", err)
 	}
-	r, err := Metrics(ctx, q, host, reference)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reference: %w", err)
+	if rErr != nil {
+		return nil, nil, fmt.Errorf("reference: %w", rErr)
 	}
 	return Compare(t, r, opts)
 }
