@@ -154,7 +154,7 @@ func (s *Store) AddRun(ctx context.Context, r Run) error {
 	if r.Perf != nil {
 		perf = *r.Perf
 	}
-	var pids driver.Value
+	pids := "[]"
 	if len(r.Pids) > 0 {
 		b, _ := json.Marshal(r.Pids)
 		pids = string(b)

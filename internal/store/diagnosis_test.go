@@ -72,7 +72,7 @@ func TestAddRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(res.Rows) != 2 || res.Rows[0][1] != "4k" || res.Rows[0][2] != 12.5 || res.Rows[1][2] != nil ||
-		res.Rows[0][3] != "[7, 4000000]" || res.Rows[1][3] != nil {
+		res.Rows[0][3] != "[7, 4000000]" || res.Rows[1][3] != "[]" {
 		t.Fatalf("runs = %v", res.Rows)
 	}
 }

@@ -65,8 +65,9 @@ var schema = []string{
 	// version 4: request tracing — spans, links, events, thread activity,
 	// span accounting, span rollups and the counter views (requests.go),
 	// appended by migrate after the other tables.
-	// version 5: the processes of a run
-	`ALTER TABLE runs ADD COLUMN IF NOT EXISTS pids UINTEGER[]`,
+	// version 5: the processes of a run; none, not NULL, for the runs
+	// added before (ClickHouse 18.16 has no nullable arrays to ship to)
+	`ALTER TABLE runs ADD COLUMN IF NOT EXISTS pids UINTEGER[] DEFAULT []`,
 }
 
 // Column is one vital-specific column of the samples table.
