@@ -41,8 +41,8 @@ func (c shenCondition) planted() bool {
 // with an anomaly planted in one region (readahead recorded as 128 KiB but
 // set to 4 KiB, which collapses the device's request sizes). holter runs
 // must flag the planted region's runs as targets (p <= 0.05) and rank the
-// device-level request size among the top three metrics for them, with no
-// other run flagged. Each run's metrics are its own process's and its
+// device-level request size among the top three metrics for them, and flag
+// no more other runs than planted ones. Each run's metrics are its own process's and its
 // device's (findings.Metrics), so the host's other work does not rank. It
 // logs the symptoms found, the true and false positives, the metric's rank
 // and the time taken.
