@@ -218,7 +218,7 @@ func fmtNs(ns int64) string { return time.Unix(0, ns).UTC().Format("2006-01-02T1
 func runDiff(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("diff", stderr)
 	af := addAgentFlags(fs)
-	target := fs.String("target", "", "target range: START/END (2026-11-22T10:00/2026-11-22T10:05, -15m/-5m) or a run id")
+	target := fs.String("target", "", "target range: START/END (2026-11-22T10:00/2026-11-22T10:05, -15m/-5m), the whole host's; or a run id, its own processes' and their devices'")
 	reference := fs.String("reference", "", "reference range, as --target")
 	top := fs.Int("top", 20, "metrics to print (0: all)")
 	minSamples := fs.Int("min-samples", 10, "fewest values a metric needs on each side")

@@ -107,8 +107,13 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = io.MultiWriter(stdout, &out), stderr, os.Stdin
 	start := time.Now()
-	runErr := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", cmdArgs[0], err)
+	}
+	tree := watchTree(cmd.Process.Pid)
+	runErr := cmd.Wait()
 	end := time.Now()
+	pids := tree()
 	exit := 0
 	var ee *exec.ExitError
 	if errors.As(runErr, &ee) {
@@ -117,7 +122,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("run %s: %w", cmdArgs[0], runErr)
 	}
 	run := store.Run{ID: *id, Params: params, StartNs: start.UnixNano(), EndNs: end.UnixNano(),
-		Command: strings.Join(cmdArgs, " "), ExitCode: exit, PerfSource: "none"}
+		Command: strings.Join(cmdArgs, " "), ExitCode: exit, PerfSource: "none", Pids: pids}
 	switch {
 	case re != nil:
 		run.PerfSource = "regex " + re.String()
@@ -156,6 +161,84 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("run %s: the command exited with status %d (the run was added)", *id, exit)
 	}
 	return nil
+}
+
+// treePoll is how often watchTree looks for the processes a run started.
+const treePoll = 50 * time.Millisecond
+
+// watchTree follows the processes descending from pid until the returned
+// function is called, which gives them, pid first. It reads the parent of
+// every process in /proc every treePoll: a process that lives shorter than
+// that, or whose parent exits before it is seen, is missed. Threads share
+// their process's id and need no watching.
+func watchTree(pid int) func() []uint32 {
+	seen := map[uint32]bool{uint32(pid): true}
+	order := []uint32{uint32(pid)}
+	scan := func() {
+		parents := map[uint32]uint32{}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			p, err := strconv.ParseUint(e.Name(), 10, 32)
+			if err != nil {
+				continue
+			}
+			if pp, ok := parentOf(e.Name()); ok {
+				parents[uint32(p)] = pp
+			}
+		}
+		// Until no process is added: a grandchild may be listed before
+		// its parent.
+		for added := true; added; {
+			added = false
+			for p, pp := range parents {
+				if seen[pp] && !seen[p] {
+					seen[p], added = true, true
+					order = append(order, p)
+				}
+			}
+		}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(treePoll)
+		defer tick.Stop()
+		for {
+			scan()
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []uint32 {
+		close(done)
+		<-finished
+		rest := append([]uint32(nil), order[1:]...)
+		sort.Slice(rest, func(i, j int) bool { return rest[i] < rest[j] })
+		return append(order[:1:1], rest...)
+	}
+}
+
+// parentOf reads the parent process id from /proc/PID/stat; false if the
+// process is gone.
+func parentOf(pid string) (uint32, bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// PID (COMM) STATE PPID ...: COMM may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.ParseUint(f[1], 10, 32)
+	return uint32(pp), err == nil
 }
 
 // waitCommitted waits until an epoch ending at or after ns is committed.
@@ -218,6 +301,13 @@ func startOwnRecorder(dir string, epoch time.Duration, stderr io.Writer) (*clien
 		}
 	}
 }
+
+// runMinSamples is the fewest values a metric needs in each run of a pair
+// to be ranked. A run's own processes make few samples of what they do
+// rarely — the signal-mask calls of starting a thread, say — and between a
+// handful of values on each side the distance is their sampling noise,
+// which the halves of a run of a handful cannot measure (Denoise).
+const runMinSamples = 10
 
 // runRuns lists the run catalog and the reference-driven analysis of it.
 func runRuns(args []string, stdout, stderr io.Writer) error {
@@ -300,12 +390,31 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 				}
 				for _, s := range scores {
 					p := pair{Score: s}
-					t, ref := byID[s.Target], byID[s.Reference]
-					if t.Host == "" {
-						t.Host = latest
+					host := byID[s.Target].Host
+					if host == "" {
+						host = latest
 					}
-					ranked, _, err := findings.CompareRanges(ctx, src.q, t.Host, findings.Range{StartNs: t.StartNs, EndNs: t.EndNs},
-						findings.Range{StartNs: ref.StartNs, EndNs: ref.EndNs}, &diagnose.RankOptions{MinSamples: 5})
+					// Each run's metrics are its processes' (see
+					// findings.Metrics), ranked by their difference
+					// beyond the reference run's own variation
+					// (diagnose.RankOptions.Denoise): runs are short,
+					// and a metric of a few dozen values — a
+					// heavy-tailed latency, a rate that ramps up as the
+					// run starts — differs as much between the halves
+					// of one run as between two.
+					var ranked []diagnose.Ranked
+					t, err := findings.ParseRange(ctx, src.q, s.Target, time.Now())
+					if err == nil {
+						var ref findings.Range
+						if ref, err = findings.ParseRange(ctx, src.q, s.Reference, time.Now()); err == nil {
+							var skipped []diagnose.Skipped
+							ranked, skipped, err = findings.CompareRanges(ctx, src.q, host, t, ref, &diagnose.RankOptions{MinSamples: runMinSamples, Denoise: true})
+							if err == nil && len(ranked) == 0 {
+								err = fmt.Errorf("no metric has %d values in both runs (%d left out): a run too short for its processes to be sampled enough",
+									runMinSamples, len(skipped))
+							}
+						}
+					}
 					if err != nil {
 						p.Error = err.Error()
 					}

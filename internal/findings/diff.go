@@ -34,21 +34,26 @@ func badRange(format string, a ...any) error {
 
 // ParseRange reads START/END — each RFC 3339, 2006-01-02T15:04[:05] in UTC,
 // UTC nanoseconds since 1970, a duration relative to now like -15m, or
-// "now" — or the id of a run in the catalog.
+// "now" — or the id of a run in the catalog, whose range is of the run's
+// processes (Range.Run) when it recorded them.
 func ParseRange(ctx context.Context, q Querier, s string, now time.Time) (Range, error) {
 	a, b, ok := strings.Cut(s, "/")
 	if !ok {
 		if s == "" {
 			return Range{}, badRange("empty range: give START/END (e.g. -15m/-5m) or a run id")
 		}
-		res, err := q.Query(ctx, `SELECT start_ns, end_ns FROM runs WHERE id = `+sqlString(s))
+		res, err := q.Query(ctx, `SELECT start_ns, end_ns, len(pids) > 0 FROM runs WHERE id = `+sqlString(s))
 		if err != nil {
 			return Range{}, err
 		}
 		if len(res.Rows) == 0 {
 			return Range{}, badRange("unknown range %q: not START/END and no run has that id", s)
 		}
-		return Range{StartNs: toInt(res.Rows[0][0]), EndNs: toInt(res.Rows[0][1])}, nil
+		r := Range{StartNs: toInt(res.Rows[0][0]), EndNs: toInt(res.Rows[0][1])}
+		if res.Rows[0][2] == true {
+			r.Run = s
+		}
+		return r, nil
 	}
 	start, err := ParseTime(a, now)
 	if err != nil {

@@ -122,7 +122,7 @@ func TestMetricsMatchLegacy(t *testing.T) {
 	tr, _ := ParseRange(ctx, q, target, time.Unix(0, 0))
 	rr, _ := ParseRange(ctx, q, reference, time.Unix(0, 0))
 	// A range that starts and ends inside epochs, too.
-	inner := Range{rr.StartNs + int64(90*time.Second), rr.EndNs + int64(30*time.Second)}
+	inner := Range{StartNs: rr.StartNs + int64(90*time.Second), EndNs: rr.EndNs + int64(30*time.Second)}
 	for _, c := range []struct {
 		name   string
 		t, ref Range

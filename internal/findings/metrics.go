@@ -11,8 +11,14 @@ import (
 	"github.com/holter-dev/holter/internal/diagnose"
 )
 
-// Range is a time range [StartNs, EndNs).
-type Range struct{ StartNs, EndNs int64 }
+// Range is a time range [StartNs, EndNs), of the whole host or, with Run,
+// of one run's processes.
+type Range struct {
+	StartNs, EndNs int64
+	// Run is the id of the run in the catalog whose processes (its pids)
+	// the metrics are derived from; "" for the whole host (see Metrics).
+	Run string `json:",omitempty"`
+}
 
 // MetricSet is every low-level metric derived from one range's samples.
 type MetricSet struct {
@@ -43,6 +49,13 @@ type MetricSet struct {
 //     requests and system calls in flight by Little's law (rate × mean
 //     latency), which needs no per-request bookkeeping. An epoch belongs
 //     to the range its middle falls in.
+//
+// A range with a Run is that run's, and its metrics are the run's own:
+// they come from the samples of the run's processes (store.Run.Pids), and of the block requests on
+// the devices those processes sent requests to in the range, whoever
+// issued them (the block layer may issue a process's request from a
+// kernel worker). The per-epoch metrics are left out, as they count the
+// whole host's events: a run's own rate is its inter-arrival delays.
 //
 // Each sample counts with the number of events it stands for (its label's
 // weight since its previous sample over its own weight, see Load), so a
@@ -78,7 +91,18 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := q.Query(ctx, representedCTE(host, 0, first, r.EndNs, "")+fmt.Sprintf(metricsSQL, r.StartNs, r.EndNs, Resolution))
+	samples, scope := "", ""
+	if r.Run != "" {
+		in := "pid IN (SELECT unnest(pids) FROM runs WHERE id = " + sqlString(r.Run) + ")"
+		// Whole processes are kept before the window functions, so the
+		// run's samples stand for the events they did over the whole
+		// range; block requests are all kept there and chosen after them,
+		// as a label's requests may go to several devices.
+		samples = "(s." + in + " OR s.vital = 'blio')"
+		scope = fmt.Sprintf(` AND (%[1]s OR dev IN (SELECT dev FROM g WHERE vital = 'blio' AND %[1]s AND ts_ns >= %[2]d AND ts_ns < %[3]d))`,
+			in, r.StartNs, r.EndNs)
+	}
+	res, err := q.Query(ctx, represented(host, 0, first, r.EndNs, samples, metricsColumns)+fmt.Sprintf(metricsSQL, r.StartNs, r.EndNs, Resolution, scope))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -94,6 +118,9 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 			continue
 		}
 		add(name, toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
+	}
+	if r.Run != "" {
+		return m, nil
 	}
 	res, err = q.Query(ctx, fmt.Sprintf(`SELECT v.vital, e.epoch, CAST(v.events AS DOUBLE) / ((e.end_ns - e.start_ns) / 1e9), v.events
 		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
@@ -145,18 +172,25 @@ const Resolution = 128
 // and noise: 2 (2^(1/Resolution) - 1).
 var EMDTolerance = 2 * (math.Exp2(1.0/Resolution) - 1)
 
-// metricsSQL follows representedCTE: it computes each sample's inter-arrival
-// gap, names the metrics the sample is a measurement of (with its value),
-// numbers each metric's measurements in time order to split them into
-// halves, and bins them; and it adds the mean latency per epoch of blio and
-// syscall. Placeholders: range start and end, Resolution.
+// metricsColumns are the columns of the samples metricsSQL reads, and each
+// sample's inter-arrival gap, taken in the window that weighs it: the
+// window keeps the whole rows it is given, so a narrow one is the cheaper.
+const metricsColumns = `s.ts_ns, s.epoch, s.vital, s.pid, s.weight, s.delay_ns, s.latency_ns, s.queue_ns,
+			s.bytes_requested, s.sector, s.bytes, s.alloc_order, s.syscall_nr, s.op, s.dev,
+			s.ts_ns - lag(s.ts_ns) OVER w AS gap`
+
+// metricsSQL follows represented with metricsColumns: it names the metrics
+// each sample is a measurement of (with its value), numbers each metric's
+// measurements in time order to split them into halves, and bins them; and it adds the mean latency per epoch of blio and
+// syscall. Placeholders: range start and end, Resolution, and a condition
+// on the range's samples (AND ...) or "".
 const metricsSQL = `, g AS (
-		SELECT ts_ns, epoch, de, vital, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap,
+		SELECT ts_ns, epoch, de, vital, gap,
 			CAST(delay_ns AS DOUBLE) AS delay, CAST(latency_ns AS DOUBLE) AS lat, CAST(queue_ns AS DOUBLE) AS queue,
 			CAST(bytes_requested AS DOUBLE) AS size, CAST(sector AS DOUBLE) AS sector, CAST(bytes AS DOUBLE) AS sbytes,
-			CAST(alloc_order AS DOUBLE) AS aorder, syscall_nr, nullif(op, '') AS op
+			CAST(alloc_order AS DOUBLE) AS aorder, syscall_nr, nullif(op, '') AS op, pid, dev
 		FROM r),
-	in_range AS (SELECT * FROM g WHERE ts_ns >= %[1]d AND ts_ns < %[2]d AND de > 0),
+	in_range AS (SELECT * FROM g WHERE ts_ns >= %[1]d AND ts_ns < %[2]d AND de > 0%[4]s),
 	m AS (
 		SELECT ts_ns, de AS w, unnest(CASE vital
 			WHEN 'sched' THEN [{'n': 'sched wake-up to run delay (ns)', 'v': delay}]
@@ -204,15 +238,23 @@ var ErrTooFewEvents = errors.New("too few events")
 
 // CompareRanges derives the metrics of a target and a reference range and
 // ranks them by earth mover's distance (diagnose.Rank): the metrics most
-// differently distributed first.
+// differently distributed first. The two ranges are derived at once, each
+// on a connection of its own.
 func CompareRanges(ctx context.Context, q Querier, host string, target, reference Range, opts *diagnose.RankOptions) ([]diagnose.Ranked, []diagnose.Skipped, error) {
+	var r *MetricSet
+	var rErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r, rErr = Metrics(ctx, q, host, reference)
+	}()
 	t, err := Metrics(ctx, q, host, target)
+	<-done
 	if err != nil {
 		return nil, nil, fmt.Errorf("target: %w", err)
 	}
-	r, err := Metrics(ctx, q, host, reference)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reference: %w", err)
+	if rErr != nil {
+		return nil, nil, fmt.Errorf("reference: %w", rErr)
 	}
 	return Compare(t, r, opts)
 }

@@ -1,11 +1,14 @@
 package findings
 
 import (
+	"context"
 	"errors"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
 	"github.com/holter-dev/holter/internal/diagnose"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 // TestJoin: joined metric sets keep their values in the order given and do
@@ -76,5 +79,91 @@ func TestCompareTooFewEvents(t *testing.T) {
 	}
 	if len(ranked) != 1 || len(skipped) != 0 || ranked[0].EMD != 1 {
 		t.Fatalf("%d events: ranked %+v skipped %+v", MinEvents, ranked, skipped)
+	}
+}
+
+// TestMetricsOfRun: the metrics of a run's range are those of its
+// processes' samples and of the block requests on the devices they used,
+// whoever issued them — as if the store held nothing else — and leave out
+// the host's per-epoch rates. The run is pids 3 (system calls) and 4
+// (block I/O); pid 4 sends its block requests to 8:1, as does pid 12 (a
+// kernel worker issuing for it, say); everyone else uses 8:2.
+func TestMetricsOfRun(t *testing.T) {
+	ctx := context.Background()
+	full, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	own, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r Range
+	for n := int64(0); n < 3; n++ {
+		e := busyMinute(rng, n, 4000, 1)
+		kept := *e
+		kept.Samples = nil
+		for i, s := range e.Samples {
+			if s.Vital == "blio" {
+				dev := "8:2"
+				if s.Pid == 4 || s.Pid == 12 {
+					dev = "8:1"
+				}
+				e.Samples[i].Fields["dev"] = dev
+			}
+			if s.Pid == 3 || s.Pid == 4 || s.Pid == 12 && s.Vital == "blio" {
+				kept.Samples = append(kept.Samples, e.Samples[i])
+			}
+		}
+		if err := full.WriteEpoch(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if err := own.WriteEpoch(ctx, &kept); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			r.StartNs = e.StartNs
+		}
+		r.EndNs = e.EndNs
+	}
+	want, err := Metrics(ctx, FromStore(own), "h", Range{StartNs: r.StartNs, EndNs: r.EndNs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := full.AddRun(ctx, store.Run{ID: "w", Host: "h", StartNs: r.StartNs, EndNs: r.EndNs, Pids: []uint32{3, 4}}); err != nil {
+		t.Fatal(err)
+	}
+	r.Run = "w"
+	got, err := Metrics(ctx, FromStore(full), "h", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range want.Samples {
+		if want.PerEpoch[n] {
+			delete(want.Samples, n)
+		}
+	}
+	for _, n := range []string{"blio request size (bytes)", "syscall latency (ns)", "inter-arrival blio (ns)"} {
+		if want.Samples[n].Len() == 0 {
+			t.Fatalf("the run's own store has no %q: the test shows nothing", n)
+		}
+	}
+	if len(got.PerEpoch) != 0 {
+		t.Errorf("a run's metrics have per-epoch metrics %v", got.PerEpoch)
+	}
+	if !reflect.DeepEqual(got.Samples, want.Samples) {
+		for n, s := range want.Samples {
+			if !reflect.DeepEqual(got.Samples[n], s) {
+				t.Errorf("%s: %d values, want %d (%v, want %v)", n, got.Samples[n].Len(), s.Len(), got.Samples[n].Values, s.Values)
+			}
+		}
+		for n := range got.Samples {
+			if _, ok := want.Samples[n]; !ok {
+				t.Errorf("%s: not the run's metric", n)
+			}
+		}
 	}
 }

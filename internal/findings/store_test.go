@@ -124,7 +124,7 @@ func TestCompareRangesRanksTheChangedMetricFirst(t *testing.T) {
 	}
 	defer st.Close()
 	writeEpochs(t, st, 16, 8)
-	ranked, skipped, err := CompareRanges(context.Background(), FromStore(st), "h", Range{8e9, 16e9}, Range{0, 8e9}, &diagnose.RankOptions{MinSamples: 5})
+	ranked, skipped, err := CompareRanges(context.Background(), FromStore(st), "h", Range{StartNs: 8e9, EndNs: 16e9}, Range{StartNs: 0, EndNs: 8e9}, &diagnose.RankOptions{MinSamples: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,17 +243,24 @@ func bucketExpr(width int64) string {
 // representedCTE gives each sample in range the weight (dw) and events (de)
 // it stands for, and its interval (b).
 func representedCTE(host string, width, from, to int64, where string) string {
+	return represented(host, width, from, to, where, "s.*")
+}
+
+// represented is representedCTE with the samples' columns it keeps (cols,
+// of samples s; other expressions may use the window w, a label's samples
+// in time order).
+func represented(host string, width, from, to int64, where, cols string) string {
 	if where != "" {
 		where = " AND " + where
 	}
 	return fmt.Sprintf(`WITH s AS (
-		SELECT %s AS b, s.*,
-			greatest(CAST(s.est_count AS DOUBLE) - coalesce(lag(CAST(s.est_count AS DOUBLE)) OVER
-				(PARTITION BY s.epoch, s.vital, s.label_hash, s.pid ORDER BY s.ts_ns), 0), 0) AS dw
+		SELECT %s AS b, %s,
+			greatest(CAST(s.est_count AS DOUBLE) - coalesce(lag(CAST(s.est_count AS DOUBLE)) OVER w, 0), 0) AS dw
 		FROM samples s JOIN epochs e ON e.host = s.host AND e.epoch = s.epoch
-		WHERE s.host = %s AND e.start_ns >= %d AND e.start_ns < %d%s),
+		WHERE s.host = %s AND e.start_ns >= %d AND e.start_ns < %d%s
+		WINDOW w AS (PARTITION BY s.epoch, s.vital, s.label_hash, s.pid ORDER BY s.ts_ns)),
 	r AS (SELECT *, dw / greatest(CAST(weight AS DOUBLE), 1) AS de FROM s)`,
-		bucketExpr(width), sqlString(host), from-from%max(width, 1), to, where)
+		bucketExpr(width), cols, sqlString(host), from-from%max(width, 1), to, where)
 }
 
 func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int, width, from, to int64) error {

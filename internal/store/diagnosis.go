@@ -120,6 +120,10 @@ type Run struct {
 	PerfSource string            `json:"perf_source"`
 	Command    string            `json:"command"`
 	ExitCode   int               `json:"exit_code"`
+	// Pids are the processes of the run: the command's and those it
+	// started that holter run saw while it ran (none for a run added
+	// without them). A run's metrics are derived from their samples.
+	Pids []uint32 `json:"pids,omitempty"`
 }
 
 // ErrRunExists is returned by AddRun for an id the catalog already has.
@@ -150,8 +154,14 @@ func (s *Store) AddRun(ctx context.Context, r Run) error {
 	if r.Perf != nil {
 		perf = *r.Perf
 	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.Host, string(params), r.StartNs, r.EndNs, perf, r.PerfSource, r.Command, r.ExitCode); err != nil {
+	pids := "[]"
+	if len(r.Pids) > 0 {
+		b, _ := json.Marshal(r.Pids)
+		pids = string(b)
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO runs (id, host, params, start_ns, end_ns, perf, perf_source, command, exit_code, pids)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS UINTEGER[]))`,
+		r.ID, r.Host, string(params), r.StartNs, r.EndNs, perf, r.PerfSource, r.Command, r.ExitCode, pids); err != nil {
 		return fmt.Errorf("add run %q: %w", r.ID, err)
 	}
 	return nil

@@ -56,22 +56,23 @@ func TestAddRun(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	perf := 12.5
-	r := Run{ID: "r1", Host: "h", Params: map[string]string{"size": "4k"}, StartNs: 1, EndNs: 2, Perf: &perf, PerfSource: "regex", Command: "w 4k"}
+	r := Run{ID: "r1", Host: "h", Params: map[string]string{"size": "4k"}, StartNs: 1, EndNs: 2, Perf: &perf, PerfSource: "regex", Command: "w 4k", Pids: []uint32{7, 4000000}}
 	if err := s.AddRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AddRun(ctx, r); !errors.Is(err, ErrRunExists) {
 		t.Fatalf("second add: %v", err)
 	}
-	r.ID, r.Perf = "r2", nil
+	r.ID, r.Perf, r.Pids = "r2", nil, nil
 	if err := s.AddRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Query(ctx, `SELECT id, params->>'size', perf FROM runs ORDER BY id`)
+	res, err := s.Query(ctx, `SELECT id, params->>'size', perf, CAST(pids AS VARCHAR) FROM runs ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 2 || res.Rows[0][1] != "4k" || res.Rows[0][2] != 12.5 || res.Rows[1][2] != nil {
+	if len(res.Rows) != 2 || res.Rows[0][1] != "4k" || res.Rows[0][2] != 12.5 || res.Rows[1][2] != nil ||
+		res.Rows[0][3] != "[7, 4000000]" || res.Rows[1][3] != "[]" {
 		t.Fatalf("runs = %v", res.Rows)
 	}
 }
