@@ -115,7 +115,14 @@ run() {
 	fi
 	kill "${pids[@]}"
 	wait "${pids[@]}" 2>/dev/null || true
-	[ "$mode" = on ] && stop_recorder
+	if [ "$mode" = on ]; then
+		stop_recorder
+		"$work/holter" query --data "$work/data" --format csv "SELECT (SELECT count(*) FROM thread_activity),
+			(SELECT count(DISTINCT trace_id) FROM spans), (SELECT count(*) FROM span_accounting WHERE accounted)" |
+			awk -F, 'NR == 2 && $2 > 0 {printf "    store: %d thread_activity rows for %d requests (%.1f per request), %d spans accounted\n", $1, $2, $1 / $2, $3}' >&2
+		"$work/holter" query --data "$work/data" --format csv "SELECT kind, count(*) FROM thread_activity GROUP BY kind ORDER BY 2 DESC" |
+			awk -F, 'NR > 1 {printf "%s %s %d", (NR == 2 ? "    rows by kind:" : ","), $1, $2} END {print ""}' >&2
+	fi
 	grep -q '"errors": 0' "$work/load.json" || { echo "requests failed: $(cat "$work/load.json")" >&2; exit 1; }
 	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after"
 }

@@ -90,7 +90,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 	if *f.account {
 		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf,
 			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
-			HoldUnnamed: holdUnnamed})
+			HoldUnnamed: holdUnnamed, Recent: recentActivity, Summarize: true})
 		if err != nil {
 			if rules {
 				cancel()
@@ -189,6 +189,14 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 // (5 s by default), so a thread's first request, whose spans come after
 // it, is charged; threads that never carry a span are not stored.
 const holdUnnamed = 15 * time.Second
+
+// recentActivity is how long the recorder keeps the exact kernel intervals
+// of accounted threads in memory, charging spans from them: twice
+// holdUnnamed, so a span received as late as a held interval is, and
+// lasting as long, is charged exactly. The store keeps per-second
+// summaries of them (account.Options.Summarize), from which spans received
+// later are charged in proportion.
+const recentActivity = 2 * holdUnnamed
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

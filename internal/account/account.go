@@ -60,6 +60,16 @@ type Options struct {
 	// so the store fills with the threads that serve requests, not with
 	// runtime and client threads. Zero writes every interval.
 	HoldUnnamed time.Duration
+	// Recent, when positive, keeps every thread's exact intervals in
+	// memory for this long (Activity), for charging spans without reading
+	// them back from the store.
+	Recent time.Duration
+	// Summarize writes, instead of every on-CPU, runnable and blocked
+	// interval, one row per thread and kind (blocked: per kernel stack)
+	// for each flush, holding their total time (store.ThreadActivity.Ns);
+	// I/O, dirtying and write-back stay exact. It takes Recent, which
+	// keeps the exact intervals spans are charged from.
+	Summarize bool
 }
 
 // DefaultKStackMin is the shortest interruptible sleep whose kernel stack
@@ -112,6 +122,10 @@ type Accountant struct {
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
+	// recent: the exact intervals of the last opts.Recent, per thread;
+	// stacks interns their kernel stacks.
+	recent map[[2]uint32]*recentThread
+	stacks map[string][]string
 }
 
 // New loads the accounting programs; nothing is attached until a process
@@ -129,11 +143,15 @@ func New(opts Options) (*Accountant, error) {
 	if opts.Write == nil {
 		return nil, errors.New("account: no store to write to")
 	}
+	if opts.Summarize && opts.Recent <= 0 {
+		return nil, errors.New("account: summarizing intervals needs Recent, the time their exact intervals are kept in memory")
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
-		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{}}
+		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{},
+		recent: map[[2]uint32]*recentThread{}, stacks: map[string][]string{}}
 	var comms []string
 	for _, c := range opts.Comms {
 		if c = strings.TrimSpace(c); c == "" {
@@ -431,12 +449,19 @@ func (a *Accountant) flush() error {
 				a.exited[e.Pid] = int64(e.Start) + offset
 			}
 		default:
-			if t := [2]uint32{e.Pid, e.Tid}; hold && !a.named[t] {
+			t := [2]uint32{e.Pid, e.Tid}
+			if a.opts.Recent > 0 {
+				a.remember(t, &e, offset)
+			}
+			if hold && !a.named[t] {
 				a.held[t] = append(a.held[t], heldEvent{e, offset, now})
 				continue
 			}
 			out = append(out, a.activity(&e, offset))
 		}
+	}
+	if a.opts.Recent > 0 {
+		a.forgetRecent(now - int64(a.opts.Recent))
 	}
 	// Held too long: no span named the thread in time.
 	for t, hs := range a.held {
@@ -452,12 +477,16 @@ func (a *Accountant) flush() error {
 		}
 	}
 	a.mu.Unlock()
+	n := len(out)
+	if a.opts.Summarize {
+		out = summarize(out)
+	}
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	a.watermark = now
-	a.stats.Committed += uint64(len(out))
+	a.stats.Committed += uint64(n)
 	a.mu.Unlock()
 	return nil
 }
@@ -483,12 +512,16 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 	if len(out) == 0 {
 		return
 	}
+	n := len(out)
+	if a.opts.Summarize {
+		out = summarize(out)
+	}
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		a.opts.Logf("accounting: %v", err)
 		return
 	}
 	a.mu.Lock()
-	a.stats.Committed += uint64(len(out))
+	a.stats.Committed += uint64(n)
 	a.mu.Unlock()
 }
 
@@ -539,17 +572,7 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 			}
 		}
 		t.Site = e.Site
-		n := int(e.KstackBytes / 8)
-		for i := 0; i < n && i < len(e.Kstack); i++ {
-			name := fmt.Sprintf("0x%x", e.Kstack[i])
-			if f := a.kernel.Resolve(e.Kstack[i]); f.Func != "" {
-				name = f.Func
-			}
-			if len(t.KStack) == 0 && hasAnyPrefix(name, schedulerFrames) {
-				continue
-			}
-			t.KStack = append(t.KStack, name)
-		}
+		t.KStack = a.kstack(e)
 	case kindIO, kindWriteback:
 		t.Kind = "io"
 		t.Bytes = e.Bytes

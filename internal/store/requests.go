@@ -134,6 +134,10 @@ var requestsDDL = []string{
 	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS ino UBIGINT`,
 	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS dirtied_ns BIGINT`,
 	`ALTER TABLE span_accounting ADD COLUMN IF NOT EXISTS dirtied_bytes BIGINT DEFAULT 0`,
+	// A summary row (the recorder's): ns of its kind within start..end,
+	// the sum of the thread's intervals of that kind there; NULL for an
+	// exact interval, all of which is of its kind.
+	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS ns BIGINT`,
 	`ALTER TABLE span_rollups ADD COLUMN IF NOT EXISTS dirtied_bytes BIGINT DEFAULT 0`,
 	`ALTER TABLE span_rollups ADD COLUMN IF NOT EXISTS writeback_bytes BIGINT DEFAULT 0`,
 	`ALTER TABLE client_rollups ADD COLUMN IF NOT EXISTS dirtied_bytes DOUBLE DEFAULT 0`,
@@ -345,6 +349,21 @@ type ThreadActivity struct {
 	// it, at DirtiedNs) intervals.
 	Ino       uint64
 	DirtiedNs int64
+	// Ns, when not 0, makes this a summary of several intervals of Kind
+	// ("cpu", "runnable" or "blocked", the last of one kernel stack)
+	// between StartNs and EndNs: their total; WakeNs is then 0 and the
+	// time blocked ones waited for a CPU once woken is in a "runnable"
+	// summary. 0: one exact interval.
+	Ns int64
+}
+
+// KindNs is the time of a's kind it holds: Ns for a summary, else its
+// whole interval.
+func (a *ThreadActivity) KindNs() int64 {
+	if a.Ns != 0 {
+		return a.Ns
+	}
+	return a.EndNs - a.StartNs
 }
 
 // SpanAccounting is the kernel's account of one span (span_accounting).
@@ -553,7 +572,8 @@ func (s *Store) WriteThreadActivity(ctx context.Context, as []ThreadActivity) er
 					ino = a.Ino
 				}
 				return []driver.Value{a.Host, a.Pid, a.Tid, a.Kind, a.StartNs, a.EndNs, nullI64(a.WakeNs),
-					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev), ino, nullI64(a.DirtiedNs)}
+					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev), ino, nullI64(a.DirtiedNs),
+					nullI64(a.Ns)}
 			})
 		})
 	})
