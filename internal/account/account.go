@@ -96,6 +96,9 @@ type Stats struct {
 	Rules int `json:"exec_rules"`
 	// Dropped counts intervals of threads no span named (HoldUnnamed).
 	Dropped uint64 `json:"dropped_unnamed_intervals"`
+	// SameStacks counts sleeps given the kernel stack of the thread's
+	// previous one rather than having theirs taken (ACCT_F_SAME_STACK).
+	SameStacks uint64 `json:"same_kernel_stacks"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -126,6 +129,17 @@ type Accountant struct {
 	// stacks interns their kernel stacks.
 	recent map[[2]uint32]*recentThread
 	stacks map[string][]string
+	// kstackMin is the resolved Options.KStackMin; lastStack, per thread,
+	// the kernel stack of its last interruptible sleep that had one taken,
+	// which a sleep flagged flagSameStack repeats.
+	kstackMin time.Duration
+	lastStack map[[2]uint32]rawStack
+}
+
+// rawStack is a kernel stack as the BPF side records it.
+type rawStack struct {
+	n      int32
+	frames [12]uint64
 }
 
 // New loads the accounting programs; nothing is attached until a process
@@ -151,7 +165,7 @@ func New(opts Options) (*Accountant, error) {
 	}
 	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
 		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{},
-		recent: map[[2]uint32]*recentThread{}, stacks: map[string][]string{}}
+		recent: map[[2]uint32]*recentThread{}, stacks: map[string][]string{}, lastStack: map[[2]uint32]rawStack{}}
 	var comms []string
 	for _, c := range opts.Comms {
 		if c = strings.TrimSpace(c); c == "" {
@@ -184,6 +198,7 @@ func New(opts Options) (*Accountant, error) {
 	if kmin == 0 {
 		kmin = DefaultKStackMin
 	}
+	a.kstackMin = max(kmin, 0)
 	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
@@ -450,6 +465,9 @@ func (a *Accountant) flush() error {
 			}
 		default:
 			t := [2]uint32{e.Pid, e.Tid}
+			if e.Kind == kindOffCPU {
+				a.sameStack(t, &e)
+			}
 			if a.opts.Recent > 0 {
 				a.remember(t, &e, offset)
 			}
@@ -524,6 +542,30 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 	a.stats.Committed += uint64(n)
 	a.mu.Unlock()
 }
+
+// flagSameStack: an off-CPU record whose kernel stack was not taken, the
+// thread's last interruptible sleep with one repeating (ACCT_F_SAME_STACK).
+const flagSameStack = 1
+
+// sameStack gives e, an off-CPU record of thread t, the stack of t's last
+// interruptible sleep that had one taken if e repeats it, and remembers
+// e's if it is such a sleep; a.mu is held. The BPF side decides which
+// sleeps get a stack by the same rule.
+func (a *Accountant) sameStack(t [2]uint32, e *accountAcctEvent) {
+	if e.State == 0 || e.State&taskUninterruptible != 0 || time.Duration(e.End-e.Start) < a.kstackMin {
+		return
+	}
+	if e.Flags&flagSameStack != 0 {
+		last := a.lastStack[t]
+		e.KstackBytes, e.Kstack = last.n*8, last.frames
+		a.stats.SameStacks++
+		return
+	}
+	a.lastStack[t] = rawStack{max(e.KstackBytes/8, 0), e.Kstack}
+}
+
+// taskUninterruptible is TASK_UNINTERRUPTIBLE in a sleep's state.
+const taskUninterruptible = 0x2
 
 // Record kinds (enum acct_kind in bpf/account.bpf.c).
 const (
@@ -627,6 +669,11 @@ func (a *Accountant) forgetExited() {
 			for t := range a.named {
 				if t[0] == pid {
 					delete(a.named, t)
+				}
+			}
+			for t := range a.lastStack {
+				if t[0] == pid {
+					delete(a.lastStack, t)
 				}
 			}
 		}

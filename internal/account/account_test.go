@@ -398,15 +398,29 @@ func TestSummarizesAndKeepsRecentExact(t *testing.T) {
 		t.Fatalf("no recent activity of thread %d in memory", r.tid)
 	}
 	var cpu time.Duration
-	var n int
+	var n, sleeps, stackless int
 	for _, x := range acts {
 		if x.Kind == "cpu" {
 			cpu += time.Duration(min(x.EndNs, r.t1) - max(x.StartNs, r.t0))
 			n++
 		}
+		// Sleeps of DefaultKStackMin and more have a kernel stack, taken
+		// or, for a repeat of the last one, given (ACCT_F_SAME_STACK).
+		if x.Kind == "blocked" && time.Duration(x.EndNs-x.StartNs) >= DefaultKStackMin {
+			sleeps++
+			if len(x.KStack) == 0 {
+				stackless++
+			}
+		}
 		if x.Ns != 0 {
 			t.Errorf("a summary in memory: %+v", x)
 		}
+	}
+	same := a.Stats().SameStacks
+	t.Logf("%d sleeps of %v or more, %d without a kernel stack; %d given the previous one's", sleeps, DefaultKStackMin, stackless, same)
+	if sleeps < 10 || stackless > 0 || same == 0 {
+		t.Errorf("%d of %d sleeps of %v or more have no kernel stack, %d given the previous one's; want ≥ 10 sleeps, all with one, some given",
+			stackless, sleeps, DefaultKStackMin, same)
 	}
 	out, err := st.Query(context.Background(), `SELECT count(*), coalesce(sum(ns), 0)::BIGINT, count(*) FILTER (WHERE ns IS NULL)
 		FROM thread_activity WHERE kind = 'cpu' AND tid = `+i64(int64(r.tid)))
