@@ -121,14 +121,16 @@ type Accountant struct {
 	// named: threads spans named; held: intervals of the others, while
 	// HoldUnnamed lasts.
 	named map[[2]uint32]bool
-	held  map[[2]uint32][]heldEvent
+	held  map[[2]uint32][]heldRow
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
-	// recent: the exact intervals of the last opts.Recent, per thread;
-	// stacks interns their kernel stacks.
+	// recent: the exact intervals of the last opts.Recent, per thread.
 	recent map[[2]uint32]*recentThread
-	stacks map[string][]string
+	// stackIDs interns kernel stacks (raw addresses) as stackNames
+	// indices; stackNames[0] is none.
+	stackIDs   map[string]uint32
+	stackNames [][]string
 	// kstackMin is the resolved Options.KStackMin; lastStack, per thread,
 	// the kernel stack of its last interruptible sleep that had one taken,
 	// which a sleep flagged flagSameStack repeats.
@@ -164,8 +166,8 @@ func New(opts Options) (*Accountant, error) {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
-		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{},
-		recent: map[[2]uint32]*recentThread{}, stacks: map[string][]string{}, lastStack: map[[2]uint32]rawStack{}}
+		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldRow{},
+		recent: map[[2]uint32]*recentThread{}, stackIDs: map[string]uint32{}, stackNames: [][]string{nil}, lastStack: map[[2]uint32]rawStack{}}
 	var comms []string
 	for _, c := range opts.Comms {
 		if c = strings.TrimSpace(c); c == "" {
@@ -431,21 +433,21 @@ func (a *Accountant) Run(ctx context.Context) error {
 	}
 }
 
-// heldEvent is a record of a thread no span has named yet.
-type heldEvent struct {
-	e      accountAcctEvent
-	offset int64 // monotonic to wall ns when it was read
-	read   int64 // wall ns it was read
+// heldRow is a row of a thread no span has named yet.
+type heldRow struct {
+	row  store.ThreadActivity
+	n    uint64 // intervals it holds
+	read int64  // wall ns it was read
 }
 
 // flush drains the ring buffer and commits its intervals.
 func (a *Accountant) flush() error {
 	now := time.Now().UnixNano()
 	offset := clock.MonoToWall()
-	var out []store.ThreadActivity
+	var rows, out []store.ThreadActivity
+	var sum summary
 	var rec ringbuf.Record
 	var e accountAcctEvent
-	hold := a.opts.HoldUnnamed > 0
 	a.reader.SetDeadline(time.Now())
 	a.mu.Lock()
 	for {
@@ -471,12 +473,19 @@ func (a *Accountant) flush() error {
 			if a.opts.Recent > 0 {
 				a.remember(t, &e, offset)
 			}
-			if hold && !a.named[t] {
-				a.held[t] = append(a.held[t], heldEvent{e, offset, now})
+			if a.opts.Summarize && (e.Kind == kindCPU || e.Kind == kindOffCPU) {
+				a.summarize(&sum, &e, offset)
 				continue
 			}
-			out = append(out, a.activity(&e, offset))
+			rows = append(rows, a.activity(&e, offset))
 		}
+	}
+	var committed uint64
+	for i := range rows {
+		a.commitOrHold(&rows[i], 1, now, &out, &committed)
+	}
+	for i := range sum.rows {
+		a.commitOrHold(&sum.rows[i], sum.n[i], now, &out, &committed)
 	}
 	if a.opts.Recent > 0 {
 		a.forgetRecent(now - int64(a.opts.Recent))
@@ -485,9 +494,9 @@ func (a *Accountant) flush() error {
 	for t, hs := range a.held {
 		n := 0
 		for n < len(hs) && now-hs[n].read > int64(a.opts.HoldUnnamed) {
+			a.stats.Dropped += hs[n].n
 			n++
 		}
-		a.stats.Dropped += uint64(n)
 		if n == len(hs) {
 			delete(a.held, t)
 		} else if n > 0 {
@@ -495,18 +504,25 @@ func (a *Accountant) flush() error {
 		}
 	}
 	a.mu.Unlock()
-	n := len(out)
-	if a.opts.Summarize {
-		out = summarize(out)
-	}
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	a.watermark = now
-	a.stats.Committed += uint64(n)
+	a.stats.Committed += committed
 	a.mu.Unlock()
 	return nil
+}
+
+// commitOrHold adds r, n intervals of a thread, to out, or to the held
+// rows if no span named its thread yet (HoldUnnamed); a.mu is held.
+func (a *Accountant) commitOrHold(r *store.ThreadActivity, n uint64, now int64, out *[]store.ThreadActivity, committed *uint64) {
+	if t := [2]uint32{r.Pid, r.Tid}; a.opts.HoldUnnamed > 0 && !a.named[t] {
+		a.held[t] = append(a.held[t], heldRow{*r, n, now})
+		return
+	}
+	*out = append(*out, *r)
+	*committed += n
 }
 
 // SpanThreads is told the threads (pid, tid) spans name, before those
@@ -514,15 +530,16 @@ func (a *Accountant) flush() error {
 // now, so a span's thread activity is in the store when the span is.
 func (a *Accountant) SpanThreads(threads [][2]uint32) {
 	var out []store.ThreadActivity
+	var n uint64
 	a.mu.Lock()
 	for _, t := range threads {
 		if a.named[t] {
 			continue
 		}
 		a.named[t] = true
-		for i := range a.held[t] {
-			h := &a.held[t][i]
-			out = append(out, a.activity(&h.e, h.offset))
+		for _, h := range a.held[t] {
+			out = append(out, h.row)
+			n += h.n
 		}
 		delete(a.held, t)
 	}
@@ -530,16 +547,12 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 	if len(out) == 0 {
 		return
 	}
-	n := len(out)
-	if a.opts.Summarize {
-		out = summarize(out)
-	}
 	if err := a.opts.Write(context.Background(), out); err != nil {
 		a.opts.Logf("accounting: %v", err)
 		return
 	}
 	a.mu.Lock()
-	a.stats.Committed += uint64(n)
+	a.stats.Committed += n
 	a.mu.Unlock()
 }
 
@@ -614,7 +627,7 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 			}
 		}
 		t.Site = e.Site
-		t.KStack = a.kstack(e)
+		t.KStack, _ = a.kstack(e)
 	case kindIO, kindWriteback:
 		t.Kind = "io"
 		t.Bytes = e.Bytes

@@ -1,6 +1,7 @@
 package account
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -15,11 +16,12 @@ import (
 // so the recorder keeps them exact in memory for as long as spans take to
 // arrive, and stores summaries (Options.Summarize).
 
-// recentInterval is one interval of a thread, as charging needs it.
+// recentInterval is one interval of a thread, as charging needs it. It
+// holds no pointer, so the collector does not scan the many of them.
 type recentInterval struct {
 	start, end, wake int64
 	bytes            uint64
-	kstack           []string // interned: equal stacks share the slice
+	stack            uint32 // Accountant.stackNames index, 0 none
 	kind             uint8
 }
 
@@ -54,7 +56,7 @@ func (a *Accountant) remember(t [2]uint32, e *accountAcctEvent, offset int64) {
 			if e.Wake != 0 {
 				r.wake = int64(e.Wake) + offset
 			}
-			r.kstack = a.kstack(e)
+			_, r.stack = a.kstack(e)
 		}
 	case kindIO:
 		r.kind = recentIO
@@ -90,13 +92,11 @@ func (a *Accountant) forgetRecent(cut int64) {
 			rt.intervals = rt.intervals[n:]
 		}
 	}
-	if len(a.stacks) > maxStacks {
-		clear(a.stacks)
-	}
 }
 
-// maxStacks bounds the interned kernel stacks.
-const maxStacks = 1 << 14
+// maxStacks bounds the interned kernel stacks; later new ones are not
+// interned, and the intervals kept in memory have none.
+const maxStacks = 1 << 16
 
 // Activity returns the intervals of thread (pid, tid) of host that overlap
 // lo..hi, ordered by start, and whether memory holds all of them: it keeps
@@ -119,22 +119,26 @@ func (a *Accountant) Activity(host string, pid, tid uint32, lo, hi int64) ([]sto
 			continue
 		}
 		out = append(out, store.ThreadActivity{Host: host, Pid: pid, Tid: tid, Kind: recentKinds[r.kind],
-			StartNs: r.start, EndNs: r.end, WakeNs: r.wake, KStack: r.kstack, Bytes: r.bytes})
+			StartNs: r.start, EndNs: r.end, WakeNs: r.wake, KStack: a.stackNames[r.stack], Bytes: r.bytes})
 	}
-	slices.SortStableFunc(out, func(x, y store.ThreadActivity) int { return int(min(max(x.StartNs-y.StartNs, -1), 1)) })
+	byStart := func(x, y store.ThreadActivity) int { return cmp.Compare(x.StartNs, y.StartNs) }
+	if !slices.IsSortedFunc(out, byStart) {
+		slices.SortStableFunc(out, byStart)
+	}
 	return out, true
 }
 
-// kstack is e's kernel stack below the scheduler, by function name,
-// interned; a.mu is held.
-func (a *Accountant) kstack(e *accountAcctEvent) []string {
+// kstack is e's kernel stack below the scheduler, by function name, and
+// its index in a.stackNames (0 when there are too many to intern); a.mu is
+// held.
+func (a *Accountant) kstack(e *accountAcctEvent) ([]string, uint32) {
 	n := min(int(e.KstackBytes/8), len(e.Kstack))
 	if n <= 0 {
-		return nil
+		return nil, 0
 	}
 	key := unsafe.String((*byte)(unsafe.Pointer(&e.Kstack[0])), n*8)
-	if s, ok := a.stacks[key]; ok {
-		return s
+	if id, ok := a.stackIDs[key]; ok {
+		return a.stackNames[id], id
 	}
 	var names []string
 	for i := 0; i < n; i++ {
@@ -147,61 +151,74 @@ func (a *Accountant) kstack(e *accountAcctEvent) []string {
 		}
 		names = append(names, name)
 	}
-	a.stacks[string([]byte(key))] = names
-	return names
+	if len(a.stackNames) >= maxStacks {
+		return names, 0
+	}
+	id := uint32(len(a.stackNames))
+	a.stackIDs[string([]byte(key))] = id
+	a.stackNames = append(a.stackNames, names)
+	return names, id
 }
 
-// summarize replaces the on-CPU, runnable and blocked intervals in as by
-// one row per thread and kind (blocked: per kernel stack) spanning them,
-// with their total time (Ns); a blocked interval's wait for a CPU once
-// woken goes to the runnable row. The rest is kept as it is.
-func summarize(as []store.ThreadActivity) []store.ThreadActivity {
-	type key struct {
-		host     string
-		pid, tid uint32
-		kind     string
-		stack    *string // interned stacks: one pointer per stack
+// summary adds up the on-CPU, runnable and blocked intervals of one flush
+// into one row per thread and kind (blocked: per kernel stack) spanning
+// them, with their total time (Ns); a blocked interval's wait for a CPU
+// once woken goes to the runnable row.
+type summary struct {
+	rows []store.ThreadActivity
+	n    []uint64 // intervals in each row
+	at   map[summaryKey]int
+}
+
+type summaryKey struct {
+	pid, tid uint32
+	kind     uint8
+	stack    uint32
+}
+
+// summarize adds e, an on-CPU or off-CPU record, to s; a.mu is held.
+func (a *Accountant) summarize(s *summary, e *accountAcctEvent, offset int64) {
+	start, end := int64(e.Start)+offset, int64(e.End)+offset
+	if e.Kind == kindCPU {
+		s.add(a.opts.Host, e, recentCPU, start, end, nil, 0)
+		return
 	}
-	sums := map[key]int{}
-	var out []store.ThreadActivity
-	add := func(a *store.ThreadActivity, kind string, start, end int64, stack []string) {
-		if end <= start {
-			return
-		}
-		k := key{a.Host, a.Pid, a.Tid, kind, unsafe.SliceData(stack)}
-		i, ok := sums[k]
-		if !ok {
-			sums[k] = len(out)
-			out = append(out, store.ThreadActivity{Host: a.Host, Pid: a.Pid, Tid: a.Tid, Kind: kind, StartNs: start, EndNs: end,
-				KStack: stack})
-			if kind == "blocked" {
-				out[len(out)-1].SleepState = a.SleepState
-			}
-			i = len(out) - 1
-		}
-		s := &out[i]
-		s.StartNs, s.EndNs = min(s.StartNs, start), max(s.EndNs, end)
-		s.Ns += end - start
+	if e.State == 0 {
+		s.add(a.opts.Host, e, recentRunnable, start, end, nil, 0)
+		return
 	}
-	for i := range as {
-		a := &as[i]
-		if a.Ns != 0 {
-			out = append(out, *a)
-			continue
-		}
-		switch a.Kind {
-		case "cpu", "runnable":
-			add(a, a.Kind, a.StartNs, a.EndNs, nil)
-		case "blocked":
-			woken := a.EndNs
-			if a.WakeNs > a.StartNs && a.WakeNs < a.EndNs {
-				woken = a.WakeNs
-			}
-			add(a, "blocked", a.StartNs, woken, a.KStack)
-			add(a, "runnable", woken, a.EndNs, nil)
-		default:
-			out = append(out, *a)
-		}
+	woken := end
+	if w := int64(e.Wake) + offset; e.Wake != 0 && w > start && w < end {
+		woken = w
 	}
-	return out
+	names, id := a.kstack(e)
+	s.add(a.opts.Host, e, recentBlocked, start, woken, names, id)
+	s.add(a.opts.Host, e, recentRunnable, woken, end, nil, 0)
+}
+
+func (s *summary) add(host string, e *accountAcctEvent, kind uint8, start, end int64, stack []string, id uint32) {
+	if end <= start {
+		return
+	}
+	if s.at == nil {
+		s.at = map[summaryKey]int{}
+	}
+	k := summaryKey{e.Pid, e.Tid, kind, id}
+	i, ok := s.at[k]
+	if !ok {
+		i = len(s.rows)
+		s.at[k] = i
+		r := store.ThreadActivity{Host: host, Pid: e.Pid, Tid: e.Tid, Kind: recentKinds[kind], StartNs: start, EndNs: end, KStack: stack}
+		if kind == recentBlocked {
+			r.SleepState = e.State
+		}
+		s.rows = append(s.rows, r)
+		s.n = append(s.n, 0)
+	}
+	r := &s.rows[i]
+	r.StartNs, r.EndNs = min(r.StartNs, start), max(r.EndNs, end)
+	r.Ns += end - start
+	if kind != recentRunnable || e.State == 0 {
+		s.n[i]++ // a blocked interval's wait counts once, as blocked
+	}
 }
