@@ -96,9 +96,11 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 		lo, hi = min(lo, i64(r[5])), max(hi, i64(r[6]))
 	}
 	activity := map[key][]store.ThreadActivity{}
-	var fromStore []string
+	var threads, fromStore []string
 	recent, _ := tr.(RecentActivity)
 	for _, k := range order {
+		thread := fmt.Sprintf("('%s', %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid)
+		threads = append(threads, thread)
 		spans := groups[k]
 		tlo, thi := spans[0].start, spans[0].end
 		for _, s := range spans {
@@ -110,7 +112,7 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 				continue
 			}
 		}
-		fromStore = append(fromStore, fmt.Sprintf("('%s', %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid))
+		fromStore = append(fromStore, thread)
 	}
 	if len(fromStore) > 0 {
 		acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
@@ -129,18 +131,24 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 				WakeNs: i64(r[6]), KStack: frames(r[7]), Bytes: uint64(i64(r[8])), Ns: i64(r[9])})
 		}
 	}
-	kids, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
-		SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
-		FROM spans c JOIN w ON c.host = w.host AND c.pid = w.pid AND c.tid = w.tid
-		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > w.lo AND c.start_ns < w.hi AND c.end_ns > %d AND c.start_ns < %d`, lo, hi))
+	// Spans of the pending threads over the pending spans' time: a
+	// superset of their children, which are found by parent below.
+	kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
+		FROM spans c
+		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d AND (c.host, c.pid, c.tid) IN (%s)`,
+		lo, hi, strings.Join(threads, ", ")))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
 	// Children on the same thread, received before or with their
 	// parent, are what a span's self share leaves out.
-	children := map[[2]string][]interval{}
+	type parent struct {
+		trace, span string
+		thread      key
+	}
+	children := map[parent][]interval{}
 	for _, r := range kids.Rows {
-		p := [2]string{str(r[3]), str(r[4])}
+		p := parent{str(r[3]), str(r[4]), key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}}
 		children[p] = append(children[p], interval{i64(r[5]), i64(r[6])})
 	}
 	var out []store.SpanAccounting
@@ -151,7 +159,7 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 			a := store.SpanAccounting{TraceID: s.trace, SpanID: s.span, BlockedSites: "[]"}
 			if tracked && since <= s.start {
 				a.Accounted = true
-				charge(&a, interval{s.start, s.end}, children[[2]string{s.trace, s.span}], activity[k])
+				charge(&a, interval{s.start, s.end}, children[parent{s.trace, s.span, k}], activity[k])
 			}
 			out = append(out, a)
 		}
