@@ -125,8 +125,10 @@ type Accountant struct {
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
-	// recent: the exact intervals of the last opts.Recent, per thread.
-	recent map[[2]uint32]*recentThread
+	// recent: the exact intervals of the last opts.Recent, per thread;
+	// recentN in all.
+	recent  map[[2]uint32]*recentThread
+	recentN int
 	// stackIDs interns kernel stacks (raw addresses) as stackNames
 	// indices; stackNames[0] is none.
 	stackIDs   map[string]uint32
@@ -488,7 +490,7 @@ func (a *Accountant) flush() error {
 		a.commitOrHold(&sum.rows[i], sum.n[i], now, &out, &committed)
 	}
 	if a.opts.Recent > 0 {
-		a.forgetRecent(now - int64(a.opts.Recent))
+		a.forgetOldRecent(now)
 	}
 	// Held too long: no span named the thread in time.
 	for t, hs := range a.held {

@@ -71,6 +71,20 @@ func (a *Accountant) remember(t [2]uint32, e *accountAcctEvent, offset int64) {
 		a.recent[t] = rt
 	}
 	rt.intervals = append(rt.intervals, r)
+	a.recentN++
+}
+
+// maxRecent bounds the intervals kept in memory (40 bytes each): past it,
+// they are kept for less than Options.Recent.
+const maxRecent = 2 << 20
+
+// forgetOldRecent drops the intervals older than Options.Recent, or
+// younger ones if there are more than maxRecent; a.mu is held.
+func (a *Accountant) forgetOldRecent(now int64) {
+	a.forgetRecent(now - int64(a.opts.Recent))
+	if a.recentN > maxRecent {
+		a.forgetRecent(now - int64(a.opts.Recent)*maxRecent/int64(a.recentN))
+	}
 }
 
 // forgetRecent drops the intervals that ended before cut; a.mu is held.
@@ -81,6 +95,7 @@ func (a *Accountant) forgetRecent(cut int64) {
 			rt.from = max(rt.from, rt.intervals[n].end+1)
 			n++
 		}
+		a.recentN -= n
 		if n == len(rt.intervals) {
 			if _, tracked := a.since[t[0]]; !tracked || rt.from < cut-int64(a.opts.Recent) {
 				delete(a.recent, t) // quiet for as long again: forgotten
