@@ -16,6 +16,14 @@
 # (order statistics, ≥ 95% where the rounds allow) and a bootstrap one,
 # and the load average around each run (the machine may be shared).
 #
+# The throughput ratio depends on how much of CPU $SERVICE_CPUS the
+# machine's other work leaves the services, which on a shared machine
+# moves between runs; so each round also prints the CPU time per request
+# of the services (user + system: the BPF programs and the OTLP export run
+# in their context) and of the recorder, and the medians of their ratios:
+# services off/on, and services off / (services on + recorder), the
+# throughput ratio of a machine with nothing else to run.
+#
 # In "on" runs it prints where the recorder's cost goes: its own CPU time
 # during the measured requests, and (BPF_STATS=1, which enables
 # kernel.bpf_stats_enabled meanwhile) the run time of the BPF programs it
@@ -97,12 +105,17 @@ run() {
 	pids+=($!)
 	for a in "$storage" "$middle" "$front"; do wait_port "$a"; done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null
-	local before after cpu0=0
+	local before after cpu0=0 svc0=0 svc1=0 p
 	[ "$mode" = on ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
 	before=$(load1)
 	[ "$mode" = on ] && cpu0=$(proc_cpu "$rec")
+	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
 	after=$(load1)
+	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
+	local hz reccpu=0
+	hz=$(getconf CLK_TCK)
+	[ "$mode" = on ] && reccpu=$(($(proc_cpu "$rec") - cpu0))
 	if [ "$mode" = on ]; then
 		local secs
 		secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' "$work/load.json")
@@ -115,26 +128,39 @@ run() {
 	fi
 	kill "${pids[@]}"
 	wait "${pids[@]}" 2>/dev/null || true
-	[ "$mode" = on ] && stop_recorder
+	if [ "$mode" = on ]; then
+		stop_recorder
+		"$work/holter" query --data "$work/data" --format csv "SELECT (SELECT count(*) FROM thread_activity),
+			(SELECT count(DISTINCT trace_id) FROM spans), (SELECT count(*) FROM span_accounting WHERE accounted)" |
+			awk -F, 'NR == 2 && $2 > 0 {printf "    store: %d thread_activity rows for %d requests (%.1f per request), %d spans accounted\n", $1, $2, $1 / $2, $3}' >&2
+		"$work/holter" query --data "$work/data" --format csv "SELECT kind, count(*) FROM thread_activity GROUP BY kind ORDER BY 2 DESC" |
+			awk -F, 'NR > 1 {printf "%s %s %d", (NR == 2 ? "    rows by kind:" : ","), $1, $2} END {print ""}' >&2
+	fi
 	grep -q '"errors": 0' "$work/load.json" || { echo "requests failed: $(cat "$work/load.json")" >&2; exit 1; }
-	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after"
+	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after" \
+		"$(awk -v c="$((svc1 - svc0))" -v r="$reccpu" -v hz="$hz" -v n="$REQUESTS" 'BEGIN{printf "%.4f %.4f", 1000*c/hz/n, 1000*r/hz/n}')"
 }
 
 echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
-ratios=()
+ratios=() svcratios=() costratios=()
 for i in $(seq "$ROUNDS"); do
 	if ((i % 2)); then
-		read -r off ob oa < <(run off)
-		read -r on nb na < <(run on)
+		read -r off ob oa os _ < <(run off)
+		read -r on nb na ns nr < <(run on)
 	else
-		read -r on nb na < <(run on)
-		read -r off ob oa < <(run off)
+		read -r on nb na ns nr < <(run on)
+		read -r off ob oa os _ < <(run off)
 	fi
 	r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.4f", a/b}')
-	echo "round $i: off $off req/s (load $ob→$oa), on $on req/s (load $nb→$na), on/off $r"
+	echo "round $i: off $off req/s (load $ob→$oa), on $on req/s (load $nb→$na), on/off $r;" \
+		"CPU per request: services off $os ms, on $ns ms, recorder $nr ms"
 	ratios+=("$r")
+	svcratios+=("$(awk -v a="$os" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
+	costratios+=("$(awk -v a="$os" -v b="$ns" -v r="$nr" 'BEGIN{printf "%.4f", a/(b+r)}')")
 done
+printf 'CPU per request, median over rounds: services off/on %s; services off / (services on + recorder) %s\n' \
+	"$(printf '%s\n' "${svcratios[@]}" | median_spread)" "$(printf '%s\n' "${costratios[@]}" | median_spread)"
 
 # Median, spread, order-statistic and bootstrap 95% intervals of the median.
 printf '%s\n' "${ratios[@]}" | sort -g | awk '

@@ -64,7 +64,8 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 		return nil, usagef("--span-period must be positive")
 	}
 	opts := otlp.Options{GRPCAddr: *f.grpcAddr, HTTPAddr: *f.httpAddr, DisableGRPC: *f.grpcAddr == "off",
-		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: *f.maxMessage, Host: host, Write: st.WriteSpans, Logf: logf}
+		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: *f.maxMessage, Host: host, Write: st.WriteSpans, Logf: logf,
+		CommitDelay: spanCommitDelay}
 	if opts.DisableGRPC && opts.DisableHTTP {
 		return &tracing{cancel: func() {}}, nil
 	}
@@ -90,7 +91,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 	if *f.account {
 		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf,
 			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
-			HoldUnnamed: holdUnnamed})
+			HoldUnnamed: holdUnnamed, Recent: recentActivity, Summarize: true})
 		if err != nil {
 			if rules {
 				cancel()
@@ -184,11 +185,27 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 	return t, nil
 }
 
+// spanCommitDelay is how long a commit of received spans waits for other
+// exporters' to join it. A commit costs the recorder some 2 ms of CPU
+// besides its rows, and SDKs export every few seconds (the demo system
+// every 100 ms, from each of its four processes): a commit every 100 ms
+// rather than one an export roughly halves what receiving spans costs it,
+// and an exporter waits for its acknowledgement in the background.
+const spanCommitDelay = 100 * time.Millisecond
+
 // holdUnnamed is how long the recorder keeps the kernel intervals of a
 // thread no span has named: longer than an OpenTelemetry SDK's batch delay
 // (5 s by default), so a thread's first request, whose spans come after
 // it, is charged; threads that never carry a span are not stored.
 const holdUnnamed = 15 * time.Second
+
+// recentActivity is how long the recorder keeps the exact kernel intervals
+// of accounted threads in memory, charging spans from them: twice
+// holdUnnamed, so a span received as late as a held interval is, and
+// lasting as long, is charged exactly. The store keeps per-second
+// summaries of them (account.Options.Summarize), from which spans received
+// later are charged in proportion.
+const recentActivity = 2 * holdUnnamed
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

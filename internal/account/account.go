@@ -60,6 +60,16 @@ type Options struct {
 	// so the store fills with the threads that serve requests, not with
 	// runtime and client threads. Zero writes every interval.
 	HoldUnnamed time.Duration
+	// Recent, when positive, keeps every thread's exact intervals in
+	// memory for this long (Activity), for charging spans without reading
+	// them back from the store.
+	Recent time.Duration
+	// Summarize writes, instead of every on-CPU, runnable and blocked
+	// interval, one row per thread and kind (blocked: per kernel stack)
+	// for each flush, holding their total time (store.ThreadActivity.Ns);
+	// I/O, dirtying and write-back stay exact. It takes Recent, which
+	// keeps the exact intervals spans are charged from.
+	Summarize bool
 }
 
 // DefaultKStackMin is the shortest interruptible sleep whose kernel stack
@@ -86,6 +96,9 @@ type Stats struct {
 	Rules int `json:"exec_rules"`
 	// Dropped counts intervals of threads no span named (HoldUnnamed).
 	Dropped uint64 `json:"dropped_unnamed_intervals"`
+	// SameStacks counts sleeps given the kernel stack of the thread's
+	// previous one rather than having theirs taken (ACCT_F_SAME_STACK).
+	SameStacks uint64 `json:"same_kernel_stacks"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -108,10 +121,29 @@ type Accountant struct {
 	// named: threads spans named; held: intervals of the others, while
 	// HoldUnnamed lasts.
 	named map[[2]uint32]bool
-	held  map[[2]uint32][]heldEvent
+	held  map[[2]uint32][]heldRow
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
+	// recent: the exact intervals of the last opts.Recent, per thread;
+	// recentN in all.
+	recent  map[[2]uint32]*recentThread
+	recentN int
+	// stackIDs interns kernel stacks (raw addresses) as stackNames
+	// indices; stackNames[0] is none.
+	stackIDs   map[string]uint32
+	stackNames [][]string
+	// kstackMin is the resolved Options.KStackMin; lastStack, per thread,
+	// the kernel stack of its last interruptible sleep that had one taken,
+	// which a sleep flagged flagSameStack repeats.
+	kstackMin time.Duration
+	lastStack map[[2]uint32]rawStack
+}
+
+// rawStack is a kernel stack as the BPF side records it.
+type rawStack struct {
+	n      int32
+	frames [12]uint64
 }
 
 // New loads the accounting programs; nothing is attached until a process
@@ -129,11 +161,15 @@ func New(opts Options) (*Accountant, error) {
 	if opts.Write == nil {
 		return nil, errors.New("account: no store to write to")
 	}
+	if opts.Summarize && opts.Recent <= 0 {
+		return nil, errors.New("account: summarizing intervals needs Recent, the time their exact intervals are kept in memory")
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
-		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldEvent{}}
+		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldRow{},
+		recent: map[[2]uint32]*recentThread{}, stackIDs: map[string]uint32{}, stackNames: [][]string{nil}, lastStack: map[[2]uint32]rawStack{}}
 	var comms []string
 	for _, c := range opts.Comms {
 		if c = strings.TrimSpace(c); c == "" {
@@ -166,6 +202,7 @@ func New(opts Options) (*Accountant, error) {
 	if kmin == 0 {
 		kmin = DefaultKStackMin
 	}
+	a.kstackMin = max(kmin, 0)
 	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
@@ -398,21 +435,21 @@ func (a *Accountant) Run(ctx context.Context) error {
 	}
 }
 
-// heldEvent is a record of a thread no span has named yet.
-type heldEvent struct {
-	e      accountAcctEvent
-	offset int64 // monotonic to wall ns when it was read
-	read   int64 // wall ns it was read
+// heldRow is a row of a thread no span has named yet.
+type heldRow struct {
+	row  store.ThreadActivity
+	n    uint64 // intervals it holds
+	read int64  // wall ns it was read
 }
 
 // flush drains the ring buffer and commits its intervals.
 func (a *Accountant) flush() error {
 	now := time.Now().UnixNano()
 	offset := clock.MonoToWall()
-	var out []store.ThreadActivity
+	var rows, out []store.ThreadActivity
+	var sum summary
 	var rec ringbuf.Record
 	var e accountAcctEvent
-	hold := a.opts.HoldUnnamed > 0
 	a.reader.SetDeadline(time.Now())
 	a.mu.Lock()
 	for {
@@ -431,20 +468,37 @@ func (a *Accountant) flush() error {
 				a.exited[e.Pid] = int64(e.Start) + offset
 			}
 		default:
-			if t := [2]uint32{e.Pid, e.Tid}; hold && !a.named[t] {
-				a.held[t] = append(a.held[t], heldEvent{e, offset, now})
+			t := [2]uint32{e.Pid, e.Tid}
+			if e.Kind == kindOffCPU {
+				a.sameStack(t, &e)
+			}
+			if a.opts.Recent > 0 {
+				a.remember(t, &e, offset)
+			}
+			if a.opts.Summarize && (e.Kind == kindCPU || e.Kind == kindOffCPU) {
+				a.summarize(&sum, &e, offset)
 				continue
 			}
-			out = append(out, a.activity(&e, offset))
+			rows = append(rows, a.activity(&e, offset))
 		}
+	}
+	var committed uint64
+	for i := range rows {
+		a.commitOrHold(&rows[i], 1, now, &out, &committed)
+	}
+	for i := range sum.rows {
+		a.commitOrHold(&sum.rows[i], sum.n[i], now, &out, &committed)
+	}
+	if a.opts.Recent > 0 {
+		a.forgetOldRecent(now)
 	}
 	// Held too long: no span named the thread in time.
 	for t, hs := range a.held {
 		n := 0
 		for n < len(hs) && now-hs[n].read > int64(a.opts.HoldUnnamed) {
+			a.stats.Dropped += hs[n].n
 			n++
 		}
-		a.stats.Dropped += uint64(n)
 		if n == len(hs) {
 			delete(a.held, t)
 		} else if n > 0 {
@@ -457,9 +511,20 @@ func (a *Accountant) flush() error {
 	}
 	a.mu.Lock()
 	a.watermark = now
-	a.stats.Committed += uint64(len(out))
+	a.stats.Committed += committed
 	a.mu.Unlock()
 	return nil
+}
+
+// commitOrHold adds r, n intervals of a thread, to out, or to the held
+// rows if no span named its thread yet (HoldUnnamed); a.mu is held.
+func (a *Accountant) commitOrHold(r *store.ThreadActivity, n uint64, now int64, out *[]store.ThreadActivity, committed *uint64) {
+	if t := [2]uint32{r.Pid, r.Tid}; a.opts.HoldUnnamed > 0 && !a.named[t] {
+		a.held[t] = append(a.held[t], heldRow{*r, n, now})
+		return
+	}
+	*out = append(*out, *r)
+	*committed += n
 }
 
 // SpanThreads is told the threads (pid, tid) spans name, before those
@@ -467,15 +532,16 @@ func (a *Accountant) flush() error {
 // now, so a span's thread activity is in the store when the span is.
 func (a *Accountant) SpanThreads(threads [][2]uint32) {
 	var out []store.ThreadActivity
+	var n uint64
 	a.mu.Lock()
 	for _, t := range threads {
 		if a.named[t] {
 			continue
 		}
 		a.named[t] = true
-		for i := range a.held[t] {
-			h := &a.held[t][i]
-			out = append(out, a.activity(&h.e, h.offset))
+		for _, h := range a.held[t] {
+			out = append(out, h.row)
+			n += h.n
 		}
 		delete(a.held, t)
 	}
@@ -488,9 +554,33 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 		return
 	}
 	a.mu.Lock()
-	a.stats.Committed += uint64(len(out))
+	a.stats.Committed += n
 	a.mu.Unlock()
 }
+
+// flagSameStack: an off-CPU record whose kernel stack was not taken, the
+// thread's last interruptible sleep with one repeating (ACCT_F_SAME_STACK).
+const flagSameStack = 1
+
+// sameStack gives e, an off-CPU record of thread t, the stack of t's last
+// interruptible sleep that had one taken if e repeats it, and remembers
+// e's if it is such a sleep; a.mu is held. The BPF side decides which
+// sleeps get a stack by the same rule.
+func (a *Accountant) sameStack(t [2]uint32, e *accountAcctEvent) {
+	if e.State == 0 || e.State&taskUninterruptible != 0 || time.Duration(e.End-e.Start) < a.kstackMin {
+		return
+	}
+	if e.Flags&flagSameStack != 0 {
+		last := a.lastStack[t]
+		e.KstackBytes, e.Kstack = last.n*8, last.frames
+		a.stats.SameStacks++
+		return
+	}
+	a.lastStack[t] = rawStack{max(e.KstackBytes/8, 0), e.Kstack}
+}
+
+// taskUninterruptible is TASK_UNINTERRUPTIBLE in a sleep's state.
+const taskUninterruptible = 0x2
 
 // Record kinds (enum acct_kind in bpf/account.bpf.c).
 const (
@@ -539,17 +629,7 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 			}
 		}
 		t.Site = e.Site
-		n := int(e.KstackBytes / 8)
-		for i := 0; i < n && i < len(e.Kstack); i++ {
-			name := fmt.Sprintf("0x%x", e.Kstack[i])
-			if f := a.kernel.Resolve(e.Kstack[i]); f.Func != "" {
-				name = f.Func
-			}
-			if len(t.KStack) == 0 && hasAnyPrefix(name, schedulerFrames) {
-				continue
-			}
-			t.KStack = append(t.KStack, name)
-		}
+		t.KStack, _ = a.kstack(e)
 	case kindIO, kindWriteback:
 		t.Kind = "io"
 		t.Bytes = e.Bytes
@@ -604,6 +684,11 @@ func (a *Accountant) forgetExited() {
 			for t := range a.named {
 				if t[0] == pid {
 					delete(a.named, t)
+				}
+			}
+			for t := range a.lastStack {
+				if t[0] == pid {
+					delete(a.lastStack, t)
 				}
 			}
 		}

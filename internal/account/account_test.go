@@ -355,3 +355,99 @@ func TestHoldsThreadsUntilASpanNamesThem(t *testing.T) {
 		t.Errorf("stats %+v: nothing dropped", s)
 	}
 }
+
+// With Summarize, a thread's many on-CPU intervals are stored as a few
+// rows per flush holding their total, while Activity gives them exact from
+// memory (Recent) — both summing to the CPU the thread burnt (±10%) — until
+// they are forgotten, when it says so.
+func TestSummarizesAndKeepsRecentExact(t *testing.T) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+		Recent: time.Minute, Summarize: true})
+	pid := uint32(os.Getpid())
+	if err := a.Track(pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	// 5 ms bursts between short sleeps, on one thread.
+	var r struct {
+		tid    int
+		t0, t1 int64
+		cpu    time.Duration
+	}
+	done := make(chan bool)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		r.tid, r.t0 = unix.Gettid(), time.Now().UnixNano()
+		for c0 := threadCPU(); r.cpu < 150*time.Millisecond; r.cpu = threadCPU() - c0 {
+			for c1 := threadCPU(); threadCPU()-c1 < 5*time.Millisecond; {
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.t1 = time.Now().UnixNano()
+		done <- true
+	}()
+	<-done
+	time.Sleep(300 * time.Millisecond)
+	stop()
+
+	acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+	if !ok {
+		t.Fatalf("no recent activity of thread %d in memory", r.tid)
+	}
+	var cpu time.Duration
+	var n, sleeps, stackless int
+	for _, x := range acts {
+		if x.Kind == "cpu" {
+			cpu += time.Duration(min(x.EndNs, r.t1) - max(x.StartNs, r.t0))
+			n++
+		}
+		// Sleeps of DefaultKStackMin and more have a kernel stack, taken
+		// or, for a repeat of the last one, given (ACCT_F_SAME_STACK).
+		if x.Kind == "blocked" && time.Duration(x.EndNs-x.StartNs) >= DefaultKStackMin {
+			sleeps++
+			if len(x.KStack) == 0 {
+				stackless++
+			}
+		}
+		if x.Ns != 0 {
+			t.Errorf("a summary in memory: %+v", x)
+		}
+	}
+	same := a.Stats().SameStacks
+	t.Logf("%d sleeps of %v or more, %d without a kernel stack; %d given the previous one's", sleeps, DefaultKStackMin, stackless, same)
+	if sleeps < 10 || stackless > 0 || same == 0 {
+		t.Errorf("%d of %d sleeps of %v or more have no kernel stack, %d given the previous one's; want ≥ 10 sleeps, all with one, some given",
+			stackless, sleeps, DefaultKStackMin, same)
+	}
+	out, err := st.Query(context.Background(), `SELECT count(*), coalesce(sum(ns), 0)::BIGINT, count(*) FILTER (WHERE ns IS NULL)
+		FROM thread_activity WHERE kind = 'cpu' AND tid = `+i64(int64(r.tid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, stored, exact := out.Rows[0][0].(int64), time.Duration(out.Rows[0][1].(int64)), out.Rows[0][2].(int64)
+	t.Logf("thread %d burnt %v: %d on-CPU intervals in memory, %v; %d summary rows stored, %v", r.tid, r.cpu, n, cpu, rows, stored)
+	// Wall-clock intervals also hold the interrupts (and a hypervisor's
+	// steal) the thread clock leaves out: more of them with more context
+	// switches on a loaded machine, so up to 25% over.
+	if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.25 || n < 25 {
+		t.Errorf("memory: %d on-CPU intervals, %v, want ≥ 25 and the %v burnt (-10%%, +25%%)", n, cpu, r.cpu)
+	}
+	// Flushed every 100 ms over some 300 ms: a handful of rows, not one a
+	// context switch, holding the same intervals and the thread's CPU
+	// just before and after.
+	if ratio := float64(stored) / float64(cpu); ratio < 1 || ratio > 1.1 || rows > 20 || exact != 0 {
+		t.Errorf("store: %d on-CPU rows (%d exact) holding %v, want ≤ 20 summaries of the %v in memory (+10%%)", rows, exact, stored, cpu)
+	}
+	if _, ok := a.Activity("other", pid, uint32(r.tid), r.t0, r.t1); ok {
+		t.Errorf("activity of another host's thread answered from memory")
+	}
+	a.mu.Lock()
+	a.forgetRecent(r.t1 + 1)
+	a.mu.Unlock()
+	if _, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1); ok {
+		t.Errorf("forgotten activity answered from memory")
+	}
+}

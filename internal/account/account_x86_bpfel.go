@@ -26,7 +26,7 @@ type accountAcctEvent struct {
 	Bytes       uint64
 	Ino         uint64
 	KstackBytes int32
-	Pad         uint32
+	Flags       uint32
 	Kstack      [12]uint64
 }
 
@@ -65,19 +65,24 @@ type accountIoStart struct {
 }
 
 type accountThreadState struct {
-	_          structs.HostLayout
-	OnTs       uint64
-	OffTs      uint64
-	WakeTs     uint64
-	Site       uint64
-	State      uint32
-	Pad        uint32
-	DirtyIno   uint64
-	DirtyBytes uint64
-	DirtyFirst uint64
-	DirtyLast  uint64
-	DirtyDev   uint32
-	Pad2       uint32
+	_           structs.HostLayout
+	OnTs        uint64
+	OffTs       uint64
+	WakeTs      uint64
+	Site        uint64
+	State       uint32
+	Nr          uint32
+	StackSite   uint64
+	StackNr     uint32
+	StackState  uint32
+	StackReused uint32
+	StackPad    uint32
+	DirtyIno    uint64
+	DirtyBytes  uint64
+	DirtyFirst  uint64
+	DirtyLast   uint64
+	DirtyDev    uint32
+	Pad2        uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -17,6 +17,15 @@ type Tracker interface {
 	Watermark() int64
 }
 
+// RecentActivity is a Tracker that also keeps the recent intervals of the
+// threads it accounts in memory, exact where the store may keep only
+// summaries; *account.Accountant is one. Activity returns the intervals
+// of thread (pid, tid) of host that overlap lo..hi, and whether memory
+// still holds all of them (false: the pass reads the store).
+type RecentActivity interface {
+	Activity(host string, pid, tid uint32, lo, hi int64) ([]store.ThreadActivity, bool)
+}
+
 // AccountGrace is how long after the accounting watermark a span must have
 // ended before it is charged: a thread's interval is written when it ends,
 // so a thread that keeps running right after its span has one still open.
@@ -74,8 +83,9 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 		}
 		groups[k] = append(groups[k], pendingSpan{str(r[0]), str(r[1]), i64(r[5]), i64(r[6])})
 	}
-	// The activity of every pending thread over its spans' time, and the
-	// children on the same thread, each in one query for all threads.
+	// The activity of every pending thread over its spans' time, from
+	// memory where the tracker keeps it, else from the store; and the
+	// children on the same thread. Each query is one for all threads.
 	window := fmt.Sprintf(`SELECT s.host, s.pid, s.tid, min(s.start_ns) AS lo, max(s.end_ns) AS hi
 		FROM spans s ANTI JOIN span_accounting a USING (trace_id, span_id)
 		WHERE s.tid IS NOT NULL AND s.pid IS NOT NULL AND s.end_ns < %d AND s.received_ns > %d GROUP BY ALL`,
@@ -85,31 +95,60 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 	for _, r := range pending.Rows {
 		lo, hi = min(lo, i64(r[5])), max(hi, i64(r[6]))
 	}
-	acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
-		SELECT t.host, t.pid, t.tid, t.kind, t.start_ns, t.end_ns, coalesce(t.wake_ns, 0), t.kstack, coalesce(t.bytes, 0)
-		FROM thread_activity t JOIN w ON t.host = w.host AND t.pid = w.pid AND t.tid = w.tid
-		WHERE t.end_ns >= w.lo AND t.start_ns < w.hi AND t.end_ns >= %d AND t.start_ns < %d
-		ORDER BY t.host, t.pid, t.tid, t.start_ns`, lo, hi))
+	activity := map[key][]store.ThreadActivity{}
+	var threads, fromStore []string
+	recent, _ := tr.(RecentActivity)
+	for _, k := range order {
+		thread := fmt.Sprintf("('%s', %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid)
+		threads = append(threads, thread)
+		spans := groups[k]
+		tlo, thi := spans[0].start, spans[0].end
+		for _, s := range spans {
+			tlo, thi = min(tlo, s.start), max(thi, s.end)
+		}
+		if recent != nil {
+			if acts, ok := recent.Activity(k.host, k.pid, k.tid, tlo, thi); ok {
+				activity[k] = acts
+				continue
+			}
+		}
+		fromStore = append(fromStore, thread)
+	}
+	if len(fromStore) > 0 {
+		acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
+			SELECT t.host, t.pid, t.tid, t.kind, t.start_ns, t.end_ns, coalesce(t.wake_ns, 0), t.kstack, coalesce(t.bytes, 0),
+				coalesce(t.ns, 0)
+			FROM thread_activity t JOIN w ON t.host = w.host AND t.pid = w.pid AND t.tid = w.tid
+			WHERE t.end_ns >= w.lo AND t.start_ns < w.hi AND t.end_ns >= %d AND t.start_ns < %d
+				AND (t.host, t.pid, t.tid) IN (%s)
+			ORDER BY t.host, t.pid, t.tid, t.start_ns`, lo, hi, strings.Join(fromStore, ", ")))
+		if err != nil {
+			return 0, fmt.Errorf("account spans: %w", err)
+		}
+		for _, r := range acts.Rows {
+			k := key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}
+			activity[k] = append(activity[k], store.ThreadActivity{Kind: str(r[3]), StartNs: i64(r[4]), EndNs: i64(r[5]),
+				WakeNs: i64(r[6]), KStack: frames(r[7]), Bytes: uint64(i64(r[8])), Ns: i64(r[9])})
+		}
+	}
+	// Spans of the pending threads over the pending spans' time: a
+	// superset of their children, which are found by parent below.
+	kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
+		FROM spans c
+		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d AND (c.host, c.pid, c.tid) IN (%s)`,
+		lo, hi, strings.Join(threads, ", ")))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
-	}
-	kids, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
-		SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
-		FROM spans c JOIN w ON c.host = w.host AND c.pid = w.pid AND c.tid = w.tid
-		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > w.lo AND c.start_ns < w.hi AND c.end_ns > %d AND c.start_ns < %d`, lo, hi))
-	if err != nil {
-		return 0, fmt.Errorf("account spans: %w", err)
-	}
-	rowKey := func(r []any) key { return key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))} }
-	activity := map[key][][]any{}
-	for _, r := range acts.Rows {
-		activity[rowKey(r)] = append(activity[rowKey(r)], r[3:])
 	}
 	// Children on the same thread, received before or with their
 	// parent, are what a span's self share leaves out.
-	children := map[[2]string][]interval{}
+	type parent struct {
+		trace, span string
+		thread      key
+	}
+	children := map[parent][]interval{}
 	for _, r := range kids.Rows {
-		p := [2]string{str(r[3]), str(r[4])}
+		p := parent{str(r[3]), str(r[4]), key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}}
 		children[p] = append(children[p], interval{i64(r[5]), i64(r[6])})
 	}
 	var out []store.SpanAccounting
@@ -120,7 +159,7 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 			a := store.SpanAccounting{TraceID: s.trace, SpanID: s.span, BlockedSites: "[]"}
 			if tracked && since <= s.start {
 				a.Accounted = true
-				charge(&a, interval{s.start, s.end}, children[[2]string{s.trace, s.span}], activity[k])
+				charge(&a, interval{s.start, s.end}, children[parent{s.trace, s.span, k}], activity[k])
 			}
 			out = append(out, a)
 		}
@@ -174,43 +213,50 @@ type BlockedSite struct {
 	Ns   int64  `json:"ns"`
 }
 
-// charge fills a from the thread's activity rows (kind, start, end, wake,
-// kstack, bytes) during span.
-func charge(a *store.SpanAccounting, span interval, children []interval, rows [][]any) {
+// charge fills a from the thread's activity during span. A summary row
+// (Ns set) is charged in proportion to how much of it the span covers.
+func charge(a *store.SpanAccounting, span interval, children []interval, rows []store.ThreadActivity) {
 	sites := map[string]int64{}
-	for _, r := range rows {
-		x := interval{i64(r[1]), i64(r[2])}
-		kind := str(r[0])
+	for i := range rows {
+		r := &rows[i]
+		x := interval{r.StartNs, r.EndNs}
 		// I/O and dirtying are charged where they began, which may be
 		// a point (a single page dirtied).
-		if kind != "io" && kind != "dirty" && overlap(x, span) == 0 {
+		if r.Kind != "io" && r.Kind != "dirty" && overlap(x, span) == 0 {
 			continue
 		}
-		switch kind {
+		// share scales the overlap of a summary to the time of its kind.
+		share := func(n int64) int64 {
+			if r.Ns == 0 || n == 0 {
+				return n
+			}
+			return int64(float64(n) * float64(r.Ns) / float64(max(x.end-x.start, 1)))
+		}
+		switch r.Kind {
 		case "cpu":
-			a.CPUNs += overlap(x, span)
-			a.SelfCPUNs += selfOverlap(x, span, children)
+			a.CPUNs += share(overlap(x, span))
+			a.SelfCPUNs += share(selfOverlap(x, span, children))
 		case "runnable":
-			a.RunnableNs += overlap(x, span)
-			a.SelfRunnableNs += selfOverlap(x, span, children)
+			a.RunnableNs += share(overlap(x, span))
+			a.SelfRunnableNs += share(selfOverlap(x, span, children))
 		case "blocked":
 			// Asleep until woken, then waiting for a CPU.
 			asleep, waiting := x, interval{x.end, x.end}
-			if wake := i64(r[3]); wake > x.start && wake < x.end {
+			if wake := r.WakeNs; wake > x.start && wake < x.end {
 				asleep, waiting = interval{x.start, wake}, interval{wake, x.end}
 			}
-			a.BlockedNs += overlap(asleep, span)
-			self := selfOverlap(asleep, span, children)
+			a.BlockedNs += share(overlap(asleep, span))
+			self := share(selfOverlap(asleep, span, children))
 			a.SelfBlockedNs += self
 			a.RunnableNs += overlap(waiting, span)
 			a.SelfRunnableNs += selfOverlap(waiting, span, children)
 			if self > 0 {
-				sites[siteName(r[4])] += self
+				sites[siteName(r.KStack)] += self
 			}
 		case "io":
 			// A request belongs to the span it was submitted in.
 			if x.start >= span.start && x.start < span.end {
-				a.IOBytes += i64(r[5])
+				a.IOBytes += int64(r.Bytes)
 				a.IONs += x.end - x.start
 				a.IOCount++
 			}
@@ -218,7 +264,7 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 			// Dirtied page cache belongs to the span (not a child of it
 			// on the thread) it was dirtied in.
 			if at := (interval{x.start, x.start + 1}); selfOverlap(at, span, children) > 0 {
-				a.DirtiedBytes += i64(r[5])
+				a.DirtiedBytes += int64(r.Bytes)
 			}
 		}
 	}
@@ -234,21 +280,23 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 	a.BlockedSites = string(b)
 }
 
-// siteName is the top of a kernel stack, below the scheduler: what the
-// thread was waiting for.
-func siteName(v any) string {
-	frames, _ := v.([]any)
+// frames is a kernel stack as the store returns it.
+func frames(v any) []string {
+	fs, _ := v.([]any)
 	var names []string
-	for _, f := range frames {
+	for _, f := range fs {
 		if s, ok := f.(string); ok {
 			names = append(names, s)
 		}
-		if len(names) == 3 {
-			break
-		}
 	}
-	if len(names) == 0 {
+	return names
+}
+
+// siteName is the top of a kernel stack, below the scheduler: what the
+// thread was waiting for.
+func siteName(frames []string) string {
+	if len(frames) == 0 {
 		return "unknown"
 	}
-	return strings.Join(names, " < ")
+	return strings.Join(frames[:min(len(frames), 3)], " < ")
 }

@@ -6,7 +6,11 @@
 //     process.pid) the CPU its thread ran, the time it was blocked (and on
 //     which kernel path) or runnable, and the block I/O it submitted during
 //     the span, and the page cache it dirtied, into span_accounting;
-//     "self" costs leave out children that ran on the same thread. The
+//     "self" costs leave out children that ran on the same thread. It
+//     reads the thread's intervals from the accountant's memory when it
+//     keeps them (RecentActivity; the recorder does, for 30 s), else from
+//     thread_activity, whose summary rows (ns set: the recorder's) are
+//     charged in proportion to the part of them a span covers. The
 //     block writes kernel flushers make later of files a span dirtied
 //     (write-back) are charged to it by the span_writeback view: each
 //     such write goes to the innermost span of the thread that last

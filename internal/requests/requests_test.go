@@ -264,3 +264,23 @@ func TestWritebackChargedToDirtyingSpan(t *testing.T) {
 		t.Errorf("after pruning, service_counters; client_demand: %s", got)
 	}
 }
+
+// A summary row (the recorder stores them) is charged in proportion to
+// the part of it a span covers; an exact interval by its overlap.
+func TestChargesSummariesInProportion(t *testing.T) {
+	const ms = 1_000_000
+	rows := []store.ThreadActivity{
+		{Kind: "cpu", StartNs: 0, EndNs: 100 * ms, Ns: 40 * ms},
+		{Kind: "blocked", StartNs: 0, EndNs: 100 * ms, Ns: 20 * ms, KStack: []string{"io_schedule", "folio_wait_bit"}},
+		{Kind: "runnable", StartNs: 60 * ms, EndNs: 70 * ms},
+	}
+	var a store.SpanAccounting
+	charge(&a, interval{50 * ms, 100 * ms}, []interval{{90 * ms, 100 * ms}}, rows)
+	if a.CPUNs != 20*ms || a.SelfCPUNs != 16*ms || a.BlockedNs != 10*ms || a.SelfBlockedNs != 8*ms ||
+		a.RunnableNs != 10*ms || a.SelfRunnableNs != 10*ms {
+		t.Errorf("charged %+v, want cpu 20 ms (self 16), blocked 10 ms (self 8), runnable 10 ms", a)
+	}
+	if a.BlockedSites != `[{"site":"io_schedule \u003c folio_wait_bit","ns":8000000}]` {
+		t.Errorf("blocked sites %s", a.BlockedSites)
+	}
+}

@@ -134,6 +134,10 @@ var requestsDDL = []string{
 	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS ino UBIGINT`,
 	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS dirtied_ns BIGINT`,
 	`ALTER TABLE span_accounting ADD COLUMN IF NOT EXISTS dirtied_bytes BIGINT DEFAULT 0`,
+	// A summary row (the recorder's): ns of its kind within start..end,
+	// the sum of the thread's intervals of that kind there; NULL for an
+	// exact interval, all of which is of its kind.
+	`ALTER TABLE thread_activity ADD COLUMN IF NOT EXISTS ns BIGINT`,
 	`ALTER TABLE span_rollups ADD COLUMN IF NOT EXISTS dirtied_bytes BIGINT DEFAULT 0`,
 	`ALTER TABLE span_rollups ADD COLUMN IF NOT EXISTS writeback_bytes BIGINT DEFAULT 0`,
 	`ALTER TABLE client_rollups ADD COLUMN IF NOT EXISTS dirtied_bytes DOUBLE DEFAULT 0`,
@@ -345,6 +349,21 @@ type ThreadActivity struct {
 	// it, at DirtiedNs) intervals.
 	Ino       uint64
 	DirtiedNs int64
+	// Ns, when not 0, makes this a summary of several intervals of Kind
+	// ("cpu", "runnable" or "blocked", the last of one kernel stack)
+	// between StartNs and EndNs: their total; WakeNs is then 0 and the
+	// time blocked ones waited for a CPU once woken is in a "runnable"
+	// summary. 0: one exact interval.
+	Ns int64
+}
+
+// KindNs is the time of a's kind it holds: Ns for a summary, else its
+// whole interval.
+func (a *ThreadActivity) KindNs() int64 {
+	if a.Ns != 0 {
+		return a.Ns
+	}
+	return a.EndNs - a.StartNs
 }
 
 // SpanAccounting is the kernel's account of one span (span_accounting).
@@ -475,32 +494,29 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) e
 	return nil
 }
 
-// nextSpanSeq takes the next commit sequence number and records it in
-// meta, in the transaction on conn (the writer's lock is held): a number
-// is never reused, even after the rows that had it are pruned.
+// nextSpanSeq takes the next commit sequence number, in the transaction
+// on conn (the writer's lock is held). The rows committed with it record
+// it; meta records the last one only before pruning deletes rows (a write
+// a commit cost 1.6 ms of the recorder's CPU), so a number is never reused.
 func (s *Store) nextSpanSeq(ctx context.Context, conn *sql.Conn) (int64, error) {
 	if s.spanSeq == 0 {
 		var v sql.NullInt64
-		err := conn.QueryRowContext(ctx, `SELECT greatest(
-			coalesce((SELECT max(TRY_CAST(value AS BIGINT)) FROM meta WHERE key = 'span_commit_seq'), 0),
-			coalesce((SELECT max(commit_seq) FROM spans), 0), coalesce((SELECT max(commit_seq) FROM span_accounting), 0))`).Scan(&v)
-		if err != nil {
+		if err := conn.QueryRowContext(ctx, SpanCommitSeq).Scan(&v); err != nil {
 			return 0, fmt.Errorf("commit sequence: %w", err)
 		}
 		s.spanSeq = v.Int64
 	}
-	seq := s.spanSeq + 1
-	if _, err := conn.ExecContext(ctx, `INSERT OR REPLACE INTO meta VALUES ('span_commit_seq', ?)`, fmt.Sprint(seq)); err != nil {
-		return 0, fmt.Errorf("commit sequence: %w", err)
-	}
-	s.spanSeq = seq
-	return seq, nil
+	s.spanSeq++
+	return s.spanSeq, nil
 }
 
 // SpanCommitSeq is the last span commit sequence number committed: every
 // row of SpanTables with commit_seq up to it is in the store (unless
-// pruned since).
-const SpanCommitSeq = `SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) FROM meta WHERE key = 'span_commit_seq'`
+// pruned since). Commits are numbered under the writer's lock, so the
+// greatest number in the tables is the last commit that stored rows.
+const SpanCommitSeq = `SELECT greatest(
+	coalesce((SELECT max(TRY_CAST(value AS BIGINT)) FROM meta WHERE key = 'span_commit_seq'), 0),
+	coalesce((SELECT max(commit_seq) FROM spans), 0), coalesce((SELECT max(commit_seq) FROM span_accounting), 0))`
 
 // WriteSpans commits a batch of received spans in one transaction: when it
 // returns nil they are durable, and only then may the sender be told so.
@@ -553,7 +569,8 @@ func (s *Store) WriteThreadActivity(ctx context.Context, as []ThreadActivity) er
 					ino = a.Ino
 				}
 				return []driver.Value{a.Host, a.Pid, a.Tid, a.Kind, a.StartNs, a.EndNs, nullI64(a.WakeNs),
-					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev), ino, nullI64(a.DirtiedNs)}
+					a.SleepState, a.Site, kstack, a.Bytes, nullString(a.Op), nullString(a.Dev), ino, nullI64(a.DirtiedNs),
+					nullI64(a.Ns)}
 			})
 		})
 	})
@@ -610,6 +627,10 @@ func (s *Store) ReplaceSpansWithRollups(ctx context.Context, r *SpanRollups) (de
 		})
 		if err != nil {
 			return err
+		}
+		// The last commit number outlives the rows that had it.
+		if _, err := conn.ExecContext(ctx, `INSERT OR REPLACE INTO meta SELECT 'span_commit_seq', (`+SpanCommitSeq+`)::VARCHAR`); err != nil {
+			return fmt.Errorf("commit sequence: %w", err)
 		}
 		// A trace is pruned whole, once all of it is older than the cutoff.
 		old := PrunableTraces

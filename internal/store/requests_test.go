@@ -85,3 +85,55 @@ func toF(v any) float64 {
 	}
 	return -1
 }
+
+// Span commits are numbered in order; SpanCommitSeq is the last one, and a
+// number is not reused once pruning deleted the rows that had it, even in a
+// store opened again.
+func TestSpanCommitSeqOutlivesPruning(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	last := func(s *Store) int64 {
+		t.Helper()
+		res, err := s.Query(ctx, SpanCommitSeq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Rows[0][0].(int64)
+	}
+	write := func(s *Store, trace string, end int64) {
+		t.Helper()
+		sp := Span{Host: "h", TraceID: trace, SpanID: trace + "1", Service: "s", Name: "n", Kind: "server", StartNs: end - 10,
+			EndNs: end, StatusCode: "unset", Resource: "{}", Attributes: "{}", Scope: "t"}
+		if err := s.WriteSpans(ctx, &SpanBatch{Spans: []Span{sp}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(s, "a", 100)
+	write(s, "b", 200)
+	if n := last(s); n != 2 {
+		t.Fatalf("after two commits SpanCommitSeq is %d, want 2", n)
+	}
+	if _, err := s.ReplaceSpansWithRollups(ctx, &SpanRollups{CutoffNs: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if n := last(s); n != 2 {
+		t.Errorf("after pruning every span SpanCommitSeq is %d, want still 2", n)
+	}
+	s.Close()
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	write(s, "c", 2000)
+	res, err := s.Query(ctx, `SELECT commit_seq FROM spans`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || res.Rows[0][0].(int64) != 3 || last(s) != 3 {
+		t.Errorf("the commit after pruning and reopening has %v, SpanCommitSeq %d; want 3 for both", res.Rows, last(s))
+	}
+}

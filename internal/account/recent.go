@@ -1,0 +1,239 @@
+package account
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/holter-dev/holter/internal/store"
+)
+
+// Recent intervals (Options.Recent): what the accounting pass charges spans
+// from. A context switch of a tracked thread is an interval; storing each
+// as a row costs the recorder more than the request it serves does (on the
+// demo system, some 50 rows and 0.5 ms of the recorder's CPU a request),
+// so the recorder keeps them exact in memory for as long as spans take to
+// arrive, and stores summaries (Options.Summarize).
+
+// recentInterval is one interval of a thread, as charging needs it. It
+// holds no pointer, so the collector does not scan the many of them.
+type recentInterval struct {
+	start, end, wake int64
+	bytes            uint64
+	stack            uint32 // Accountant.stackNames index, 0 none
+	kind             uint8
+}
+
+const (
+	recentCPU = iota + 1
+	recentRunnable
+	recentBlocked
+	recentIO
+	recentDirty
+)
+
+var recentKinds = [...]string{recentCPU: "cpu", recentRunnable: "runnable", recentBlocked: "blocked", recentIO: "io", recentDirty: "dirty"}
+
+// recentThread is one thread's intervals in the order they were read,
+// which is the order they ended, but for block I/O.
+type recentThread struct {
+	intervals []recentInterval
+	// from: intervals ending before it may have been forgotten.
+	from int64
+}
+
+// remember keeps e, an interval of thread t; a.mu is held.
+func (a *Accountant) remember(t [2]uint32, e *accountAcctEvent, offset int64) {
+	r := recentInterval{start: int64(e.Start) + offset, end: int64(e.End) + offset, bytes: e.Bytes}
+	switch e.Kind {
+	case kindCPU:
+		r.kind = recentCPU
+	case kindOffCPU:
+		r.kind = recentRunnable
+		if e.State != 0 {
+			r.kind = recentBlocked
+			if e.Wake != 0 {
+				r.wake = int64(e.Wake) + offset
+			}
+			_, r.stack = a.kstack(e)
+		}
+	case kindIO:
+		r.kind = recentIO
+	case kindDirty:
+		r.kind = recentDirty
+	default:
+		return // write-back is charged later, by the span_writeback view
+	}
+	rt := a.recent[t]
+	if rt == nil {
+		rt = &recentThread{}
+		a.recent[t] = rt
+	}
+	rt.intervals = append(rt.intervals, r)
+	a.recentN++
+}
+
+// maxRecent bounds the intervals kept in memory (40 bytes each): past it,
+// they are kept for less than Options.Recent.
+const maxRecent = 2 << 20
+
+// forgetOldRecent drops the intervals older than Options.Recent, or
+// younger ones if there are more than maxRecent; a.mu is held.
+func (a *Accountant) forgetOldRecent(now int64) {
+	a.forgetRecent(now - int64(a.opts.Recent))
+	if a.recentN > maxRecent {
+		a.forgetRecent(now - int64(a.opts.Recent)*maxRecent/int64(a.recentN))
+	}
+}
+
+// forgetRecent drops the intervals that ended before cut; a.mu is held.
+func (a *Accountant) forgetRecent(cut int64) {
+	for t, rt := range a.recent {
+		n := 0
+		for n < len(rt.intervals) && rt.intervals[n].end < cut {
+			rt.from = max(rt.from, rt.intervals[n].end+1)
+			n++
+		}
+		a.recentN -= n
+		if n == len(rt.intervals) {
+			if _, tracked := a.since[t[0]]; !tracked || rt.from < cut-int64(a.opts.Recent) {
+				delete(a.recent, t) // quiet for as long again: forgotten
+				continue
+			}
+		}
+		if n > 0 {
+			// Moved to a new array as appends outgrow it.
+			rt.intervals = rt.intervals[n:]
+		}
+	}
+}
+
+// maxStacks bounds the interned kernel stacks; later new ones are not
+// interned, and the intervals kept in memory have none.
+const maxStacks = 1 << 16
+
+// Activity returns the intervals of thread (pid, tid) of host that overlap
+// lo..hi, ordered by start, and whether memory holds all of them: it keeps
+// Options.Recent of them, from the time the thread's process was tracked.
+// requests.AccountRecent charges spans from it.
+func (a *Accountant) Activity(host string, pid, tid uint32, lo, hi int64) ([]store.ThreadActivity, bool) {
+	if host != a.opts.Host {
+		return nil, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rt := a.recent[[2]uint32{pid, tid}]
+	if rt == nil || rt.from >= lo {
+		return nil, false
+	}
+	var out []store.ThreadActivity
+	for i := range rt.intervals {
+		r := &rt.intervals[i]
+		if r.end < lo || r.start >= hi {
+			continue
+		}
+		out = append(out, store.ThreadActivity{Host: host, Pid: pid, Tid: tid, Kind: recentKinds[r.kind],
+			StartNs: r.start, EndNs: r.end, WakeNs: r.wake, KStack: a.stackNames[r.stack], Bytes: r.bytes})
+	}
+	byStart := func(x, y store.ThreadActivity) int { return cmp.Compare(x.StartNs, y.StartNs) }
+	if !slices.IsSortedFunc(out, byStart) {
+		slices.SortStableFunc(out, byStart)
+	}
+	return out, true
+}
+
+// kstack is e's kernel stack below the scheduler, by function name, and
+// its index in a.stackNames (0 when there are too many to intern); a.mu is
+// held.
+func (a *Accountant) kstack(e *accountAcctEvent) ([]string, uint32) {
+	n := min(int(e.KstackBytes/8), len(e.Kstack))
+	if n <= 0 {
+		return nil, 0
+	}
+	key := unsafe.String((*byte)(unsafe.Pointer(&e.Kstack[0])), n*8)
+	if id, ok := a.stackIDs[key]; ok {
+		return a.stackNames[id], id
+	}
+	var names []string
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("0x%x", e.Kstack[i])
+		if f := a.kernel.Resolve(e.Kstack[i]); f.Func != "" {
+			name = f.Func
+		}
+		if len(names) == 0 && hasAnyPrefix(name, schedulerFrames) {
+			continue
+		}
+		names = append(names, name)
+	}
+	if len(a.stackNames) >= maxStacks {
+		return names, 0
+	}
+	id := uint32(len(a.stackNames))
+	a.stackIDs[string([]byte(key))] = id
+	a.stackNames = append(a.stackNames, names)
+	return names, id
+}
+
+// summary adds up the on-CPU, runnable and blocked intervals of one flush
+// into one row per thread and kind (blocked: per kernel stack) spanning
+// them, with their total time (Ns); a blocked interval's wait for a CPU
+// once woken goes to the runnable row.
+type summary struct {
+	rows []store.ThreadActivity
+	n    []uint64 // intervals in each row
+	at   map[summaryKey]int
+}
+
+type summaryKey struct {
+	pid, tid uint32
+	kind     uint8
+	stack    uint32
+}
+
+// summarize adds e, an on-CPU or off-CPU record, to s; a.mu is held.
+func (a *Accountant) summarize(s *summary, e *accountAcctEvent, offset int64) {
+	start, end := int64(e.Start)+offset, int64(e.End)+offset
+	if e.Kind == kindCPU {
+		s.add(a.opts.Host, e, recentCPU, start, end, nil, 0)
+		return
+	}
+	if e.State == 0 {
+		s.add(a.opts.Host, e, recentRunnable, start, end, nil, 0)
+		return
+	}
+	woken := end
+	if w := int64(e.Wake) + offset; e.Wake != 0 && w > start && w < end {
+		woken = w
+	}
+	names, id := a.kstack(e)
+	s.add(a.opts.Host, e, recentBlocked, start, woken, names, id)
+	s.add(a.opts.Host, e, recentRunnable, woken, end, nil, 0)
+}
+
+func (s *summary) add(host string, e *accountAcctEvent, kind uint8, start, end int64, stack []string, id uint32) {
+	if end <= start {
+		return
+	}
+	if s.at == nil {
+		s.at = map[summaryKey]int{}
+	}
+	k := summaryKey{e.Pid, e.Tid, kind, id}
+	i, ok := s.at[k]
+	if !ok {
+		i = len(s.rows)
+		s.at[k] = i
+		r := store.ThreadActivity{Host: host, Pid: e.Pid, Tid: e.Tid, Kind: recentKinds[kind], StartNs: start, EndNs: end, KStack: stack}
+		if kind == recentBlocked {
+			r.SleepState = e.State
+		}
+		s.rows = append(s.rows, r)
+		s.n = append(s.n, 0)
+	}
+	r := &s.rows[i]
+	r.StartNs, r.EndNs = min(r.StartNs, start), max(r.EndNs, end)
+	r.Ns += end - start
+	if kind != recentRunnable || e.State == 0 {
+		s.n[i]++ // a blocked interval's wait counts once, as blocked
+	}
+}
