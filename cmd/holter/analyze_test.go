@@ -278,17 +278,21 @@ type runsResult struct {
 	Anomalies []struct {
 		Target, Reference string
 		PValue            float64
-		Metrics           []struct{ Name string }
-		Error             string
+		Metrics           []struct {
+			Name                string
+			EMD, Noise, Score   float64
+			TargetN, ReferenceN int
+		}
+		Error string
 	}
 	CatalogError string `json:"catalog_error"`
 }
 
 // holterRuns runs `holter runs --json` on dir and returns its answer, and
 // the text of it.
-func holterRuns(t *testing.T, bin, dir string) (runsResult, string) {
+func holterRuns(t *testing.T, bin, dir string, args ...string) (runsResult, string) {
 	t.Helper()
-	out, errOut, code := runHolter(t, bin, "runs", "--data", dir, "--json")
+	out, errOut, code := runHolter(t, bin, append([]string{"runs", "--data", dir, "--json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("runs: exit %d %s", code, errOut)
 	}
