@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/symbol"
 )
 
 // paramFlags collects repeated --param NAME=VALUE.
@@ -173,7 +176,6 @@ const treePoll = 50 * time.Millisecond
 // their process's id and need no watching.
 func watchTree(pid int) func() []uint32 {
 	seen := map[uint32]bool{uint32(pid): true}
-	order := []uint32{uint32(pid)}
 	scan := func() {
 		parents := map[uint32]uint32{}
 		ents, _ := os.ReadDir("/proc")
@@ -193,7 +195,6 @@ func watchTree(pid int) func() []uint32 {
 			for p, pp := range parents {
 				if seen[pp] && !seen[p] {
 					seen[p], added = true, true
-					order = append(order, p)
 				}
 			}
 		}
@@ -215,9 +216,9 @@ func watchTree(pid int) func() []uint32 {
 	return func() []uint32 {
 		close(done)
 		<-finished
-		rest := append([]uint32(nil), order[1:]...)
-		sort.Slice(rest, func(i, j int) bool { return rest[i] < rest[j] })
-		return append(order[:1:1], rest...)
+		delete(seen, uint32(pid))
+		rest := slices.Sorted(maps.Keys(seen))
+		return append([]uint32{uint32(pid)}, rest...)
 	}
 }
 
@@ -228,16 +229,7 @@ func parentOf(pid string) (uint32, bool) {
 	if err != nil {
 		return 0, false
 	}
-	// PID (COMM) STATE PPID ...: COMM may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	pp, err := strconv.ParseUint(f[1], 10, 32)
+	pp, err := symbol.StatField(b, 4)
 	return uint32(pp), err == nil
 }
 

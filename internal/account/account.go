@@ -203,7 +203,7 @@ func New(opts Options) (*Accountant, error) {
 		kmin = DefaultKStackMin
 	}
 	a.kstackMin = max(kmin, 0)
-	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
+	if err := spec.Variables["kstack_min_ns"].Set(uint64(a.kstackMin)); err != nil {
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
 	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {

@@ -191,7 +191,7 @@ func (s *spool) add(batches []*batch, done func(*spoolState)) (dropped bool, err
 	for _, b := range batches {
 		name := fmt.Sprintf("%020d.batch", s.next)
 		s.next++
-		content := b.content()
+		content := b.content(b.header())
 		if err := writeDurably(filepath.Join(s.dir, name), content); err != nil {
 			for _, f := range s.files[written:] {
 				os.Remove(filepath.Join(s.dir, f.name))
@@ -228,9 +228,14 @@ func (s *spool) add(batches []*batch, done func(*spoolState)) (dropped bool, err
 	return dropped, syncDir(s.dir)
 }
 
-// content is a batch's file: its header line, then its rows.
-func (b *batch) content() []byte {
+// header is a batch's header line, without its newline.
+func (b *batch) header() []byte {
 	hdr, _ := json.Marshal(b.batchHeader)
+	return hdr
+}
+
+// content is a batch's file: its header line, then its rows.
+func (b *batch) content(hdr []byte) []byte {
 	return append(append(hdr, '\n'), b.data...)
 }
 
@@ -239,7 +244,7 @@ func (b *batch) content() []byte {
 func (s *spool) wouldDrop(batches []*batch) bool {
 	n := int64(0)
 	for _, b := range batches {
-		n += int64(len(b.content()))
+		n += int64(len(b.header()) + 1 + len(b.data))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

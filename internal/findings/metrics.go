@@ -33,6 +33,11 @@ type MetricSet struct {
 	Truncated bool
 }
 
+// newMetricSet is an empty MetricSet.
+func newMetricSet() *MetricSet {
+	return &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}, Events: map[string]float64{}}
+}
+
 // Metrics derives from the samples of a range the low-level metrics of
 // Shen et al. §3.1/§4.3, as distributions for diagnose.Rank:
 //
@@ -51,11 +56,12 @@ type MetricSet struct {
 //     to the range its middle falls in.
 //
 // A range with a Run is that run's, and its metrics are the run's own:
-// they come from the samples of the run's processes (store.Run.Pids), and of the block requests on
-// the devices those processes sent requests to in the range, whoever
-// issued them (the block layer may issue a process's request from a
-// kernel worker). The per-epoch metrics are left out, as they count the
-// whole host's events: a run's own rate is its inter-arrival delays.
+// they come from the samples of the run's processes (store.Run.Pids), and
+// of the block requests on the devices those processes sent requests to in
+// the range, whoever issued them (the block layer may issue a process's
+// request from a kernel worker). The per-epoch metrics are left out, as
+// they count the whole host's events: a run's own rate is its
+// inter-arrival delays.
 //
 // Each sample counts with the number of events it stands for (its label's
 // weight since its previous sample over its own weight, see Load), so a
@@ -72,7 +78,7 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 	if r.EndNs <= r.StartNs {
 		return nil, fmt.Errorf("metrics: empty range")
 	}
-	m := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}, Events: map[string]float64{}}
+	m := newMetricSet()
 	add := func(name string, v, w float64, n int) {
 		if math.IsNaN(v) || math.IsNaN(w) || w <= 0 {
 			return
@@ -181,9 +187,10 @@ const metricsColumns = `s.ts_ns, s.epoch, s.vital, s.pid, s.weight, s.delay_ns, 
 
 // metricsSQL follows represented with metricsColumns: it names the metrics
 // each sample is a measurement of (with its value), numbers each metric's
-// measurements in time order to split them into halves, and bins them; and it adds the mean latency per epoch of blio and
-// syscall. Placeholders: range start and end, Resolution, and a condition
-// on the range's samples (AND ...) or "".
+// measurements in time order to split them into halves, and bins them; and
+// it adds the mean latency per epoch of blio and syscall. Placeholders:
+// range start and end, Resolution, and a condition on the range's samples
+// (AND ...) or "".
 const metricsSQL = `, g AS (
 		SELECT ts_ns, epoch, de, vital, gap,
 			CAST(delay_ns AS DOUBLE) AS delay, CAST(latency_ns AS DOUBLE) AS lat, CAST(queue_ns AS DOUBLE) AS queue,
@@ -307,7 +314,7 @@ func ones(counts []int, n int) []int {
 // derived from their union: values stay in time order. The sets are not
 // changed.
 func Join(sets ...*MetricSet) *MetricSet {
-	out := &MetricSet{Samples: map[string]diagnose.Sample{}, PerEpoch: map[string]bool{}, Events: map[string]float64{}}
+	out := newMetricSet()
 	for _, m := range sets {
 		for n, e := range m.Events {
 			out.Events[n] += e

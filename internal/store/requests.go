@@ -357,15 +357,6 @@ type ThreadActivity struct {
 	Ns int64
 }
 
-// KindNs is the time of a's kind it holds: Ns for a summary, else its
-// whole interval.
-func (a *ThreadActivity) KindNs() int64 {
-	if a.Ns != 0 {
-		return a.Ns
-	}
-	return a.EndNs - a.StartNs
-}
-
 // SpanAccounting is the kernel's account of one span (span_accounting).
 type SpanAccounting struct {
 	TraceID, SpanID string

@@ -43,7 +43,11 @@ func readStartTime(procRoot string, pid uint32) (uint64, error) {
 	return parseStartTime(data)
 }
 
-func parseStartTime(data []byte) (uint64, error) {
+func parseStartTime(data []byte) (uint64, error) { return StatField(data, 22) }
+
+// StatField returns numeric field n (1-based, as in proc(5); n >= 3) of a
+// /proc/PID/stat line: 4 is the parent's pid, 22 the start time.
+func StatField(data []byte, n int) (uint64, error) {
 	// The command name (field 2) is in parentheses and may itself contain spaces and parentheses,
 	// so fields are counted from the last ')'.
 	i := bytes.LastIndexByte(data, ')')
@@ -51,13 +55,13 @@ func parseStartTime(data []byte) (uint64, error) {
 		return 0, errors.New("malformed stat: no command name")
 	}
 	fields := strings.Fields(string(data[i+1:]))
-	const idx = 22 - 3 // fields after ')' start at field 3 (state)
-	if len(fields) <= idx {
+	idx := n - 3 // fields after ')' start at field 3 (state)
+	if idx < 0 || len(fields) <= idx {
 		return 0, errors.New("malformed stat: too few fields")
 	}
 	v, err := strconv.ParseUint(fields[idx], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("malformed stat starttime: %w", err)
+		return 0, fmt.Errorf("malformed stat field %d: %w", n, err)
 	}
 	return v, nil
 }
