@@ -129,7 +129,8 @@ func parseSize(v string) int64 {
 // the freed blocks count, and measures again.
 func (s *Store) pruneToSize(ctx context.Context, limit int64, rep *PruneReport) error {
 	target := limit / 10 * 9
-	for round := 0; round < 8; round++ {
+	const rounds = 8
+	for round := 0; ; round++ {
 		if _, err := s.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
 			return fmt.Errorf("prune to size: %w", err)
 		}
@@ -140,6 +141,10 @@ func (s *Store) pruneToSize(ctx context.Context, limit int64, rep *PruneReport) 
 		rep.UsedBytes = used
 		if used <= limit && (round == 0 || used <= target) {
 			return nil
+		}
+		// The last round only measures what the one before it removed.
+		if round == rounds {
+			break
 		}
 		var epochs int64
 		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM epochs`).Scan(&epochs); err != nil {
