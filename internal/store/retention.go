@@ -126,10 +126,13 @@ func parseSize(v string) int64 {
 // pruneToSize removes the oldest raw epochs, then the oldest rollup
 // buckets, until the data fits in nine tenths of limit. Each round estimates
 // how many to remove from the average size of what is left, checkpoints so
-// the freed blocks count, and measures again.
+// the freed blocks count, and measures again. DuckDB frees a block only
+// when none of its rows is left, so a round that freed nothing removes
+// twice as many the next time.
 func (s *Store) pruneToSize(ctx context.Context, limit int64, rep *PruneReport) error {
 	target := limit / 10 * 9
-	const rounds = 8
+	const rounds = 10
+	var lastUsed, lastK int64
 	for round := 0; ; round++ {
 		if _, err := s.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
 			return fmt.Errorf("prune to size: %w", err)
@@ -153,7 +156,12 @@ func (s *Store) pruneToSize(ctx context.Context, limit int64, rep *PruneReport) 
 		// The share of the raw epochs to remove: at least one, and a
 		// little more than the excess, since rollups share the file.
 		if epochs > 0 {
-			k := min(epochs, max(1, int64(float64(epochs)*float64(used-target)/float64(used)*1.2)))
+			k := max(1, int64(float64(epochs)*float64(used-target)/float64(used)*1.2))
+			if round > 0 && used >= lastUsed {
+				k = max(k, 2*lastK)
+			}
+			k = min(epochs, k)
+			lastUsed, lastK = used, k
 			var cutoff int64
 			err := s.db.QueryRowContext(ctx, `SELECT start_ns + 1 FROM epochs ORDER BY start_ns LIMIT 1 OFFSET ?`, k-1).Scan(&cutoff)
 			if err != nil {
