@@ -12,10 +12,12 @@
 //     thread_activity, whose summary rows (ns set: the recorder's) are
 //     charged in proportion to the part of them a span covers. The
 //     block writes kernel flushers make later of files a span dirtied
-//     (write-back) are charged to it by the span_writeback view: each
-//     such write goes to the innermost span of the thread that last
-//     dirtied the file before it (a file several requests dirty before
-//     one flush is charged to the last of them).
+//     (write-back) are charged to it by the span_writeback view: a flush
+//     of a file is split among the spans whose threads dirtied it since
+//     the previous flush, in proportion to the bytes each dirtied (each
+//     dirtying goes to the innermost span of its thread at the time), or
+//     goes whole to the thread that last dirtied the file when no
+//     dirtying of it is stored.
 //   - BuildPath reconstructs a request's causal path: the tree of its spans
 //     across services and hosts, the time in each component and between
 //     them, work that outlives its parent (async write-back), and the

@@ -265,6 +265,56 @@ func TestWritebackChargedToDirtyingSpan(t *testing.T) {
 	}
 }
 
+// A file several requests dirtied before one flush has its write-back
+// split among them by the bytes each dirtied; the next flush of the file
+// is charged only for what was dirtied since the first.
+func TestWritebackSplitAmongDirtiers(t *testing.T) {
+	st, ctx, base := openStore(t)
+	var spans []store.Span
+	var acts []store.ThreadActivity
+	// Three requests on three threads append to one log file: 8, 4 and
+	// 4 KiB, the third after the first flush.
+	for i, r := range []struct {
+		start, dirtyBytes int64
+	}{{0, 8192}, {100 * ms, 4096}, {6000 * ms, 4096}} {
+		tid := uint32(10 + i)
+		spans = append(spans, store.Span{Host: "h", TraceID: fmt.Sprintf("%032x", i+1), SpanID: fmt.Sprintf("%016x", i+1),
+			Service: "log", Name: "append", Kind: "server", StartNs: base + r.start, EndNs: base + r.start + 50*ms,
+			StatusCode: "unset", Resource: "{}", Attributes: "{}", Scope: "t", Pid: 1, Tid: tid, ReceivedNs: time.Now().UnixNano()})
+		acts = append(acts, store.ThreadActivity{Host: "h", Pid: 1, Tid: tid, Kind: "cpu", StartNs: base + r.start, EndNs: base + r.start + 50*ms},
+			store.ThreadActivity{Host: "h", Pid: 1, Tid: tid, Kind: "dirty", StartNs: base + r.start + 10*ms, EndNs: base + r.start + 20*ms,
+				Bytes: uint64(r.dirtyBytes), Ino: 7, Dev: "8:1"})
+	}
+	wb := func(at, dirtied int64, bytes uint64, tid uint32) store.ThreadActivity {
+		return store.ThreadActivity{Host: "h", Pid: 1, Tid: tid, Kind: "writeback", StartNs: base + at, EndNs: base + at + 4*ms,
+			Bytes: bytes, Ino: 7, Dev: "8:1", DirtiedNs: base + dirtied}
+	}
+	// The first flush writes the 12 KiB in two requests, both naming the
+	// last dirtier (thread 11); the second flushes the third request's.
+	acts = append(acts, wb(5000*ms, 120*ms, 8192, 11), wb(5004*ms, 120*ms, 4096, 11), wb(9000*ms, 6020*ms, 4096, 12))
+	if err := st.WriteSpans(ctx, &store.SpanBatch{Spans: spans}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteThreadActivity(ctx, acts); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Account(ctx, st, fixedTracker{base + 20_000*ms}, time.Now().UnixNano()); err != nil || n != 3 {
+		t.Fatalf("accounted %d spans: %v", n, err)
+	}
+	res, err := st.Query(ctx, `SELECT span_id, dirtied_bytes, writeback_bytes, writeback_count, writeback_ns FROM span_costs ORDER BY span_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 12 KiB flushed for 8 KiB and 4 KiB dirtied: two thirds and one third
+	// of each of the two write-backs (and of their 8 ms).
+	want := []string{"[8192 8192 2 5333333]", "[4096 4096 2 2666667]", "[4096 4096 1 4000000]"}
+	for i, r := range res.Rows {
+		if got := fmt.Sprint([]int64{i64(r[1]), i64(r[2]), i64(r[3]), i64(r[4])}); i >= len(want) || got != want[i] {
+			t.Errorf("span %v: dirtied, written back, write-backs, write-back ns = %v, want %v", r[0], got, want[min(i, len(want)-1)])
+		}
+	}
+}
+
 // A summary row (the recorder stores them) is charged in proportion to
 // the part of it a span covers; an exact interval by its overlap.
 func TestChargesSummariesInProportion(t *testing.T) {

@@ -161,20 +161,43 @@ var requestViews = []string{
 		arg_min(service, start_ns)) AS client
 	FROM spans GROUP BY trace_id`,
 	// Write-back: a block write of a file that a kernel flusher (not a
-	// tracked thread) submitted is charged to the innermost span of the
-	// thread that last dirtied the file, around when it did. It comes
-	// seconds after the span was charged, so it is joined here, not
-	// stored in span_accounting.
+	// tracked thread) submitted is charged to the spans whose threads
+	// dirtied what it flushed, in proportion to the bytes each dirtied
+	// (Stardust §3.2.1: asynchronous work billed to the requests it did
+	// work for). The write-backs of one flush of a file carry the time
+	// the file was last dirtied before it (dirtied_ns); the dirtying they
+	// flush is the file's "dirty" rows since the previous flush (at most
+	// a minute back for the first one seen). With no dirty row stored the
+	// write-back goes to the thread that last dirtied the file. A dirty
+	// row or write-back is charged to the innermost span of its thread
+	// around when it was dirtied. It comes seconds after the span was
+	// charged, so it is joined here, not stored in span_accounting.
 	`CREATE OR REPLACE VIEW span_writeback AS
-	SELECT trace_id, span_id, sum(bytes)::BIGINT AS writeback_bytes, sum(end_ns - start_ns)::BIGINT AS writeback_ns,
-		count(*) AS writeback_count
-	FROM (
-		SELECT w.rowid, any_value(w.bytes) AS bytes, any_value(w.start_ns) AS start_ns, any_value(w.end_ns) AS end_ns,
+	WITH wb AS (
+		SELECT rowid AS wid, host, ino, coalesce(dev, '') AS dev, dirtied_ns, pid, tid, bytes, end_ns - start_ns AS ns
+		FROM thread_activity WHERE kind = 'writeback'),
+	flushes AS (
+		SELECT host, ino, dev, dirtied_ns, lag(dirtied_ns) OVER (PARTITION BY host, ino, dev ORDER BY dirtied_ns) AS prev_ns
+		FROM (SELECT DISTINCT host, ino, dev, dirtied_ns FROM wb)),
+	dirtied AS (
+		SELECT f.host, f.ino, f.dev, f.dirtied_ns, d.pid, d.tid, d.end_ns AS at_ns,
+			d.bytes / sum(d.bytes) OVER (PARTITION BY f.host, f.ino, f.dev, f.dirtied_ns) AS share
+		FROM flushes f JOIN thread_activity d ON d.kind = 'dirty' AND d.host = f.host AND d.ino = f.ino
+			AND coalesce(d.dev, '') = f.dev AND d.end_ns <= f.dirtied_ns
+			AND d.end_ns > coalesce(f.prev_ns, f.dirtied_ns - 60000000000)),
+	shares AS (
+		SELECT row_number() OVER () AS part, w.wid, w.host, coalesce(d.pid, w.pid) AS pid, coalesce(d.tid, w.tid) AS tid,
+			coalesce(d.at_ns, w.dirtied_ns) AS at_ns, w.bytes * coalesce(d.share, 1) AS bytes, w.ns * coalesce(d.share, 1) AS ns
+		FROM wb w LEFT JOIN dirtied d USING (host, ino, dev, dirtied_ns)),
+	charged AS (
+		SELECT any_value(c.wid) AS wid, any_value(c.bytes) AS bytes, any_value(c.ns) AS ns,
 			arg_max(s.trace_id, s.start_ns) AS trace_id, arg_max(s.span_id, s.start_ns) AS span_id
-		FROM thread_activity w JOIN spans s ON s.host = w.host AND s.pid = w.pid AND s.tid = w.tid
-			AND w.dirtied_ns >= s.start_ns AND w.dirtied_ns <= s.end_ns
-		WHERE w.kind = 'writeback' GROUP BY w.rowid)
-	GROUP BY trace_id, span_id`,
+		FROM shares c JOIN spans s ON s.host = c.host AND s.pid = c.pid AND s.tid = c.tid
+			AND c.at_ns >= s.start_ns AND c.at_ns <= s.end_ns
+		GROUP BY c.part)
+	SELECT trace_id, span_id, round(sum(bytes))::BIGINT AS writeback_bytes, round(sum(ns))::BIGINT AS writeback_ns,
+		count(DISTINCT wid) AS writeback_count
+	FROM charged GROUP BY trace_id, span_id`,
 	`CREATE OR REPLACE VIEW span_costs AS
 	SELECT s.host, s.trace_id, s.span_id, s.parent_span_id, s.service, s.name AS operation, s.kind,
 		s.start_ns, s.end_ns, s.end_ns - s.start_ns AS duration_ns, s.status_code = 'error' AS error,
