@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
+	"github.com/holter-dev/holter/internal/memlock"
 	"golang.org/x/sys/unix"
 
 	"github.com/holter-dev/holter/internal/recorder"
@@ -164,8 +164,8 @@ func New(opts Options) (*Accountant, error) {
 	if opts.Summarize && opts.Recent <= 0 {
 		return nil, errors.New("account: summarizing intervals needs Recent, the time their exact intervals are kept in memory")
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	if err := memlock.Raise(); err != nil {
+		return nil, err
 	}
 	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
 		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldRow{},

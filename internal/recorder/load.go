@@ -10,7 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
+	"github.com/holter-dev/holter/internal/memlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,8 +53,8 @@ type objects struct {
 }
 
 func loadMaps(spec *ebpf.CollectionSpec) (*objects, error) {
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	if err := memlock.Raise(); err != nil {
+		return nil, err
 	}
 	o := &objects{}
 	if err := spec.LoadAndAssign(&o.maps, nil); err != nil {

@@ -34,7 +34,7 @@ func (r *Recorder) kernelMemory() []MapMemory {
 	}
 	var out []MapMemory
 	for _, x := range maps {
-		b, err := memlock(x.m.FD())
+		b, err := mapMemlock(x.m.FD())
 		if err != nil {
 			continue
 		}
@@ -43,7 +43,7 @@ func (r *Recorder) kernelMemory() []MapMemory {
 	return out
 }
 
-func memlock(fd int) (uint64, error) {
+func mapMemlock(fd int) (uint64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
 	if err != nil {
 		return 0, err

@@ -20,8 +20,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	duckdb "github.com/duckdb/duckdb-go/v2"
+	"github.com/holter-dev/holter/internal/memlock"
 	"golang.org/x/sys/unix"
 
 	"github.com/holter-dev/holter/internal/store"
@@ -87,8 +87,8 @@ func startPhased(p *Plan, phase func(string)) (*Session, error) {
 	if phase == nil {
 		phase = func(string) {}
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	if err := memlock.Raise(); err != nil {
+		return nil, err
 	}
 	progs, err := p.Programs()
 	if err != nil {
