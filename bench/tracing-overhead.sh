@@ -15,6 +15,11 @@
 # median, the spread, a distribution-free confidence interval of the median
 # (order statistics, ≥ 95% where the rounds allow) and a bootstrap one,
 # and the load average around each run (the machine may be shared).
+# Other users' BPF tracers (another recorder's vitals on every system call
+# and context switch, say) slow the services down in both kinds of run,
+# and not evenly: each run counts the tracing programs attached that are
+# not its recorder's, and the ratio is also summarised over the rounds
+# whose two runs had none ("clean").
 #
 # The throughput ratio depends on how much of CPU $SERVICE_CPUS the
 # machine's other work leaves the services, which on a shared machine
@@ -59,6 +64,19 @@ wait_port() {
 }
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# other_tracers [PID]: BPF programs attached to tracepoints, perf events or
+# probes now that process PID (the recorder) does not hold.
+other_tracers() {
+	local mine=""
+	[ -n "${1:-}" ] && mine=$(cat /proc/"$1"/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -u | tr '\n' ' ')
+	bpftool -j prog show | python3 -c '
+import json, sys
+mine = {int(x) for x in sys.argv[1].split()}
+kinds = {"tracing", "perf_event", "raw_tracepoint", "tracepoint", "kprobe"}
+print(sum(1 for p in json.load(sys.stdin) if p.get("type") in kinds and p["id"] not in mine))
+' "$mine"
+}
 
 # proc_cpu PID: its user + system time in clock ticks.
 proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -105,13 +123,15 @@ run() {
 	pids+=($!)
 	for a in "$storage" "$middle" "$front"; do wait_port "$a"; done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null
-	local before after cpu0=0 svc0=0 svc1=0 p
+	local before after cpu0=0 svc0=0 svc1=0 p others
 	[ "$mode" = on ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
+	others=$(other_tracers "$rec")
 	before=$(load1)
 	[ "$mode" = on ] && cpu0=$(proc_cpu "$rec")
 	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
 	after=$(load1)
+	others=$((others > $(other_tracers "$rec") ? others : $(other_tracers "$rec")))
 	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
 	local hz reccpu=0
 	hz=$(getconf CLK_TCK)
@@ -138,29 +158,36 @@ run() {
 	fi
 	grep -q '"errors": 0' "$work/load.json" || { echo "requests failed: $(cat "$work/load.json")" >&2; exit 1; }
 	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after" \
-		"$(awk -v c="$((svc1 - svc0))" -v r="$reccpu" -v hz="$hz" -v n="$REQUESTS" 'BEGIN{printf "%.4f %.4f", 1000*c/hz/n, 1000*r/hz/n}')"
+		"$(awk -v c="$((svc1 - svc0))" -v r="$reccpu" -v hz="$hz" -v n="$REQUESTS" 'BEGIN{printf "%.4f %.4f", 1000*c/hz/n, 1000*r/hz/n}') $others"
 }
 
 echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
-ratios=() svcratios=() costratios=()
+ratios=() svcratios=() costratios=() clean=()
 for i in $(seq "$ROUNDS"); do
 	if ((i % 2)); then
-		read -r off ob oa os _ < <(run off)
-		read -r on nb na ns nr < <(run on)
+		read -r off ob oa os _ oo < <(run off)
+		read -r on nb na ns nr no < <(run on)
 	else
-		read -r on nb na ns nr < <(run on)
-		read -r off ob oa os _ < <(run off)
+		read -r on nb na ns nr no < <(run on)
+		read -r off ob oa os _ oo < <(run off)
 	fi
 	r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.4f", a/b}')
 	echo "round $i: off $off req/s (load $ob→$oa), on $on req/s (load $nb→$na), on/off $r;" \
-		"CPU per request: services off $os ms, on $ns ms, recorder $nr ms"
+		"CPU per request: services off $os ms, on $ns ms, recorder $nr ms; others' tracers off $oo, on $no"
 	ratios+=("$r")
+	((oo + no == 0)) && clean+=("$r")
 	svcratios+=("$(awk -v a="$os" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
 	costratios+=("$(awk -v a="$os" -v b="$ns" -v r="$nr" 'BEGIN{printf "%.4f", a/(b+r)}')")
 done
 printf 'CPU per request, median over rounds: services off/on %s; services off / (services on + recorder) %s\n' \
 	"$(printf '%s\n' "${svcratios[@]}" | median_spread)" "$(printf '%s\n' "${costratios[@]}" | median_spread)"
+if ((${#clean[@]})); then
+	printf 'on/off throughput over the %d of %d rounds with no other tracer attached: %s\n' "${#clean[@]}" "$ROUNDS" \
+		"$(printf '%s\n' "${clean[@]}" | median_spread)"
+else
+	echo "no round ran without other tracers attached"
+fi
 
 # Median, spread, order-statistic and bootstrap 95% intervals of the median.
 printf '%s\n' "${ratios[@]}" | sort -g | awk '
