@@ -1,21 +1,23 @@
 # Shared by the benchmarks in bench/: build holter once, start and stop a
 # recorder at defaults, summarise ratios. Source it; it sets $work.
+# HOLTER_BIN=PATH measures that holter binary instead of building this tree
+# (e.g. an older commit's, for a before/after comparison).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ "$(id -u)" = 0 ] || { echo "benchmarks attach BPF programs: run as root" >&2; exit 1; }
 work=$(mktemp -d)
 rec=""
 trap 'stop_recorder; rm -rf "$work"' EXIT
-go build -o "$work/holter" ./cmd/holter
+if [ -n "${HOLTER_BIN:-}" ]; then cp "$HOLTER_BIN" "$work/holter"; else go build -o "$work/holter" ./cmd/holter; fi
 
 # start_recorder DATA_DIR [FLAGS...]: holter record at defaults (no API;
 # $HOLTER_ARGS adds flags, e.g. "--vitals cpu,sched"), returns once every
-# vital is attached.
+# vital is attached. $recorder_exe, when set, is the holter binary to run.
 start_recorder() {
 	local data=$1
 	shift
 	# shellcheck disable=SC2086
-	"$work/holter" record --data "$data" --api "" ${HOLTER_ARGS:-} "$@" 2>"$data.log" &
+	"${recorder_exe:-$work/holter}" record --data "$data" --api "" ${HOLTER_ARGS:-} "$@" 2>"$data.log" &
 	rec=$!
 	for _ in $(seq 300); do
 		grep -q '^recording host' "$data.log" 2>/dev/null && return 0

@@ -15,6 +15,11 @@
 # median, the spread, a distribution-free confidence interval of the median
 # (order statistics, ≥ 95% where the rounds allow) and a bootstrap one,
 # and the load average around each run (the machine may be shared).
+# Other users' BPF tracers (another recorder's vitals on every system call
+# and context switch, say) slow the services down in both kinds of run,
+# and not evenly: each run counts the tracing programs attached that are
+# not its recorder's, and the ratio is also summarised over the rounds
+# whose two runs had none ("clean").
 #
 # The throughput ratio depends on how much of CPU $SERVICE_CPUS the
 # machine's other work leaves the services, which on a shared machine
@@ -32,6 +37,13 @@
 # ACCOUNT=exe (default) accounts the demo from exec, ACCOUNT=spans from its
 # first spans (the warm-up), ACCOUNT=off not at all (tracing alone).
 #
+# HOLTER_BASE=PATH (a holter binary, e.g. an older commit's) adds a third
+# run to each round, "base", that binary as the recorder, in rotating
+# order with the other two: a before/after comparison in the same
+# conditions, as the ratio on/base of each round (throughput, and CPU per
+# request of services plus recorder), which a shared machine's drift
+# between sessions does not blur.
+#
 #   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
 source "$(dirname "$0")/lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null; stop_recorder; rm -rf "$work"' EXIT
@@ -43,6 +55,11 @@ BURN=${BURN:-2ms}
 SERVICE_CPUS=${SERVICE_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
 [ "$(nproc)" -ge 2 ] || { SERVICE_CPUS=0 CLIENT_CPUS=0; }
+modes=(off on)
+if [ -n "${HOLTER_BASE:-}" ]; then
+	cp "$HOLTER_BASE" "$work/holter-base"
+	modes=(off on base)
+fi
 go build -o "$work/demo" ./internal/requests/testdata/demo
 # free_port: a loopback port nothing listens on now.
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -59,6 +76,19 @@ wait_port() {
 }
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# other_tracers [PID]: BPF programs attached to tracepoints, perf events or
+# probes now that process PID (the recorder) does not hold.
+other_tracers() {
+	local mine=""
+	[ -n "${1:-}" ] && mine=$(cat /proc/"$1"/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -u | tr '\n' ' ')
+	bpftool -j prog show | python3 -c '
+import json, sys
+mine = {int(x) for x in sys.argv[1].split()}
+kinds = {"tracing", "perf_event", "raw_tracepoint", "tracepoint", "kprobe"}
+print(sum(1 for p in json.load(sys.stdin) if p.get("type") in kinds and p["id"] not in mine))
+' "$mine"
+}
 
 # proc_cpu PID: its user + system time in clock ticks.
 proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -83,11 +113,12 @@ print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total
 # run MODE: prints "requests/s load-before load-after" of one run.
 run() {
 	local mode=$1 otlp=() pids=()
+	[ "$mode" = base ] && recorder_exe=$work/holter-base
 	local grpc front middle storage
 	# This runs in a subshell: on any failure, take its processes down.
 	trap 'kill "${pids[@]}" 2>/dev/null; stop_recorder' EXIT
 	grpc=127.0.0.1:$(free_port) front=127.0.0.1:$(free_port) middle=127.0.0.1:$(free_port) storage=127.0.0.1:$(free_port)
-	if [ "$mode" = on ]; then
+	if [ "$mode" != off ]; then
 		rm -rf "$work/data"
 		local acct=()
 		case ${ACCOUNT:-exe} in
@@ -105,22 +136,24 @@ run() {
 	pids+=($!)
 	for a in "$storage" "$middle" "$front"; do wait_port "$a"; done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null
-	local before after cpu0=0 svc0=0 svc1=0 p
-	[ "$mode" = on ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
+	local before after cpu0=0 svc0=0 svc1=0 p others
+	[ "$mode" != off ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
+	others=$(other_tracers "$rec")
 	before=$(load1)
-	[ "$mode" = on ] && cpu0=$(proc_cpu "$rec")
+	[ "$mode" != off ] && cpu0=$(proc_cpu "$rec")
 	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
 	after=$(load1)
+	others=$((others > $(other_tracers "$rec") ? others : $(other_tracers "$rec")))
 	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
 	local hz reccpu=0
 	hz=$(getconf CLK_TCK)
-	[ "$mode" = on ] && reccpu=$(($(proc_cpu "$rec") - cpu0))
-	if [ "$mode" = on ]; then
+	[ "$mode" != off ] && reccpu=$(($(proc_cpu "$rec") - cpu0))
+	if [ "$mode" != off ]; then
 		local secs
 		secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' "$work/load.json")
 		awk -v c="$(($(proc_cpu "$rec") - cpu0))" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
-			-v n="$REQUESTS" 'BEGIN{printf "    recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU), %.2f ms per request\n", c/hz, s, 100*c/hz/s, 1000*c/hz/n}' >&2
+			-v n="$REQUESTS" -v m="$mode" 'BEGIN{printf "    %s recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU), %.2f ms per request\n", m, c/hz, s, 100*c/hz/s, 1000*c/hz/n}' >&2
 		if [ "${BPF_STATS:-0}" = 1 ]; then
 			sysctl -qw kernel.bpf_stats_enabled=0
 			bpf_cost "$rec" "$secs" >&2
@@ -128,7 +161,7 @@ run() {
 	fi
 	kill "${pids[@]}"
 	wait "${pids[@]}" 2>/dev/null || true
-	if [ "$mode" = on ]; then
+	if [ "$mode" != off ]; then
 		stop_recorder
 		"$work/holter" query --data "$work/data" --format csv "SELECT (SELECT count(*) FROM thread_activity),
 			(SELECT count(DISTINCT trace_id) FROM spans), (SELECT count(*) FROM span_accounting WHERE accounted)" |
@@ -138,29 +171,50 @@ run() {
 	fi
 	grep -q '"errors": 0' "$work/load.json" || { echo "requests failed: $(cat "$work/load.json")" >&2; exit 1; }
 	echo "$(sed -n 's/.*"per_second": \([0-9.]*\).*/\1/p' "$work/load.json") $before $after" \
-		"$(awk -v c="$((svc1 - svc0))" -v r="$reccpu" -v hz="$hz" -v n="$REQUESTS" 'BEGIN{printf "%.4f %.4f", 1000*c/hz/n, 1000*r/hz/n}')"
+		"$(awk -v c="$((svc1 - svc0))" -v r="$reccpu" -v hz="$hz" -v n="$REQUESTS" 'BEGIN{printf "%.4f %.4f", 1000*c/hz/n, 1000*r/hz/n}') $others"
 }
 
 echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
-ratios=() svcratios=() costratios=()
+ratios=() svcratios=() costratios=() clean=() baseratios=() onbase=() onbasecpu=()
+declare -A rate lb la svc reccpu others
 for i in $(seq "$ROUNDS"); do
-	if ((i % 2)); then
-		read -r off ob oa os _ < <(run off)
-		read -r on nb na ns nr < <(run on)
-	else
-		read -r on nb na ns nr < <(run on)
-		read -r off ob oa os _ < <(run off)
-	fi
+	# The runs of a round in rotating order: off first, then on first, ...
+	for j in $(seq 0 $((${#modes[@]} - 1))); do
+		m=${modes[$(((i - 1 + j) % ${#modes[@]}))]}
+		read -r "rate[$m]" "lb[$m]" "la[$m]" "svc[$m]" "reccpu[$m]" "others[$m]" < <(run "$m")
+	done
+	off=${rate[off]} ob=${lb[off]} oa=${la[off]} os=${svc[off]} oo=${others[off]}
+	on=${rate[on]} nb=${lb[on]} na=${la[on]} ns=${svc[on]} nr=${reccpu[on]} no=${others[on]}
 	r=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.4f", a/b}')
 	echo "round $i: off $off req/s (load $ob→$oa), on $on req/s (load $nb→$na), on/off $r;" \
-		"CPU per request: services off $os ms, on $ns ms, recorder $nr ms"
+		"CPU per request: services off $os ms, on $ns ms, recorder $nr ms; others' tracers off $oo, on $no"
+	if [ -n "${HOLTER_BASE:-}" ]; then
+		rb=$(awk -v a="${rate[base]}" -v b="$off" 'BEGIN{printf "%.4f", a/b}')
+		rob=$(awk -v a="$on" -v b="${rate[base]}" 'BEGIN{printf "%.4f", a/b}')
+		rcpu=$(awk -v s="$ns" -v r="$nr" -v bs="${svc[base]}" -v br="${reccpu[base]}" 'BEGIN{printf "%.4f", (s+r)/(bs+br)}')
+		echo "  base ${rate[base]} req/s (load ${lb[base]}→${la[base]}), base/off $rb, on/base $rob;" \
+			"CPU per request: services base ${svc[base]} ms, recorder ${reccpu[base]} ms, (services + recorder) on/base $rcpu; others' tracers ${others[base]}"
+		baseratios+=("$rb") onbase+=("$rob") onbasecpu+=("$rcpu")
+	fi
 	ratios+=("$r")
+	((oo + no == 0)) && clean+=("$r")
 	svcratios+=("$(awk -v a="$os" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
 	costratios+=("$(awk -v a="$os" -v b="$ns" -v r="$nr" 'BEGIN{printf "%.4f", a/(b+r)}')")
 done
 printf 'CPU per request, median over rounds: services off/on %s; services off / (services on + recorder) %s\n' \
 	"$(printf '%s\n' "${svcratios[@]}" | median_spread)" "$(printf '%s\n' "${costratios[@]}" | median_spread)"
+if [ -n "${HOLTER_BASE:-}" ]; then
+	printf 'base: on/off throughput of the base recorder %s; on/base throughput %s; (services + recorder) CPU per request on/base %s\n' \
+		"$(printf '%s\n' "${baseratios[@]}" | median_spread)" "$(printf '%s\n' "${onbase[@]}" | median_spread)" \
+		"$(printf '%s\n' "${onbasecpu[@]}" | median_spread)"
+fi
+if ((${#clean[@]})); then
+	printf 'on/off throughput over the %d of %d rounds with no other tracer attached: %s\n' "${#clean[@]}" "$ROUNDS" \
+		"$(printf '%s\n' "${clean[@]}" | median_spread)"
+else
+	echo "no round ran without other tracers attached"
+fi
 
 # Median, spread, order-statistic and bootstrap 95% intervals of the median.
 printf '%s\n' "${ratios[@]}" | sort -g | awk '

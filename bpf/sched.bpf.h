@@ -12,11 +12,18 @@
  * Stacks cost most of the time here, so they are taken lazily. The user
  * stack can only be read while the task is current, i.e. at switch-out; it
  * is kept in task-local storage and taken again only when the site (user
- * PC and stack pointer at kernel entry) changed, so a task that blocks at
- * the same call again and again pays for one unwind. A task preempted while
- * running is somewhere new each time; its stack is retaken at most every
- * USTACK_REFRESH_NS, so a CPU hog preempted by a storm of kernel workers
- * does not pay for an unwind at every preemption. The kernel stack of a
+ * PC and stack pointer at kernel entry) changed, and then at most every
+ * USTACK_REFRESH_NS per task: a task that blocks at the same call again and
+ * again pays for one unwind, and one that moves between sites at every
+ * switch (a Go thread parking in its scheduler from one of several places,
+ * a CPU hog preempted by a storm of kernel workers) for one every
+ * USTACK_REFRESH_NS rather than one a switch — on the demo system of
+ * internal/requests an unwind at nearly every switch had made this program
+ * cost three times what it does without. A task preempted while running
+ * is somewhere new each time; its sample has the last stack taken. A
+ * sleeping task's sample has its stack when it was taken at this sleep's
+ * site, else only the site itself, one frame (ustack_bytes 8), so that a
+ * sleep is never given another site's stack. The kernel stack of a
  * sleeping task is still in place at its switch-in, so it is taken there,
  * for sampled events only.
  *
@@ -28,6 +35,7 @@ struct task_state {
 	__u64 sleep_ts;     /* switched out asleep; 0 = not asleep */
 	__u64 blocked_ns;   /* closed at wake-up */
 	__u64 site;
+	__u64 site_key;     /* site at the last switch-out (user PC, stack pointer) */
 	__u64 ustack_key;   /* site the user stack was taken at */
 	__u64 ustack_ts;    /* when */
 	__u32 sleep_state;
@@ -81,9 +89,14 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	s->f[2] = ts->site;
 	s->f[3] = f3;
 	s->kstack_bytes = bpf_get_task_stack(task, s->kstack, sizeof(s->kstack), 0);
-	s->ustack_bytes = ts->ustack_bytes;
-	if (ts->ustack_bytes > 0)
-		bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), ts->ustack);
+	if (ts->preempted || ts->ustack_key == ts->site_key) {
+		s->ustack_bytes = ts->ustack_bytes;
+		if (ts->ustack_bytes > 0)
+			bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), ts->ustack);
+	} else if (ts->site) {
+		s->ustack[0] = ts->site;
+		s->ustack_bytes = sizeof(s->ustack[0]);
+	}
 	note_stack(s, vital, v.copy);
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 }
@@ -145,14 +158,14 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 				key = ip ^ (regs->sp << 1);
 			}
 			ts->site = ip;
+			ts->site_key = key;
 			/* prev is current: its user stack is readable now, and never
 			 * again before it runs. */
 			if (!ip) {
 				ts->ustack_bytes = 0;
 				ts->ustack_key = 0;
 			} else if (ts->ustack_bytes <= 0 ||
-				   (key != ts->ustack_key &&
-				    (prev_state != TASK_RUNNING_STATE || now - ts->ustack_ts >= USTACK_REFRESH_NS))) {
+				   (key != ts->ustack_key && now - ts->ustack_ts >= USTACK_REFRESH_NS)) {
 				ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
 				ts->ustack_key = key;
 				ts->ustack_ts = now;

@@ -190,12 +190,13 @@ static __always_inline bool record_current(struct hl_control *ctl, __u32 vital)
 }
 
 /*
- * Account one event in the active copy's HCA and totals; decide whether it
- * is sampled. Returns false when the recorder is not configured.
+ * Account one event in the active copy's HCA and, unless the caller counted
+ * it already (counted), in its totals; decide whether it is sampled.
+ * Returns false when the recorder is not configured.
  */
-static __always_inline bool sketch_update(struct hl_control *ctl, __u32 vital,
-					  __u64 w0, __u64 w1, __u64 w2,
-					  __u32 weight, struct verdict *v)
+static __always_inline bool sketch_add(struct hl_control *ctl, __u32 vital,
+				       __u64 w0, __u64 w1, __u64 w2,
+				       __u32 weight, bool counted, struct verdict *v)
 {
 	__u64 gen = ctl->gen;
 	__u32 copy = gen & 1;
@@ -227,13 +228,23 @@ static __always_inline bool sketch_update(struct hl_control *ctl, __u32 vital,
 	if (new > 0xffffffffULL)
 		new = 0xffffffffULL;
 
-	st->events++;
-	st->weight += weight;
+	if (!counted) {
+		st->events++;
+		st->weight += weight;
+	}
 	v->copy = copy;
 	v->gen = gen;
 	v->est = new;
 	v->sampled = level(new, shift) > level(old, shift);
 	return true;
+}
+
+/* Account one event in the active copy's HCA and totals. */
+static __always_inline bool sketch_update(struct hl_control *ctl, __u32 vital,
+					  __u64 w0, __u64 w1, __u64 w2,
+					  __u32 weight, struct verdict *v)
+{
+	return sketch_add(ctl, vital, w0, w1, w2, weight, false, v);
 }
 
 static __always_inline struct hl_stats *stats_of(__u32 copy, __u32 vital)
@@ -326,14 +337,14 @@ static __always_inline void note_stack(struct hl_sample *s, __u32 vital, __u32 c
  * sample with identity and both stacks filled in, for the caller to add
  * its fields and pass to sample_submit.
  */
-static __always_inline struct hl_sample *current_event(void *ctx, struct hl_control *ctl, __u32 vital,
-						       __u64 w0, __u64 w1, __u64 w2, __u32 weight,
-						       struct verdict *v)
+static __always_inline struct hl_sample *current_event_add(void *ctx, struct hl_control *ctl, __u32 vital,
+							   __u64 w0, __u64 w1, __u64 w2, __u32 weight,
+							   bool counted, struct verdict *v)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct hl_sample *s;
 
-	if (!sketch_update(ctl, vital, w0, w1, w2, weight, v) || !v->sampled)
+	if (!sketch_add(ctl, vital, w0, w1, w2, weight, counted, v) || !v->sampled)
 		return NULL;
 	s = sample_begin(v, vital, w0, w1, w2, weight, bpf_ktime_get_ns());
 	if (!s)
@@ -342,6 +353,14 @@ static __always_inline struct hl_sample *current_event(void *ctx, struct hl_cont
 	s->kstack_bytes = bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0);
 	s->ustack_bytes = task->mm ? bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK) : 0;
 	return s;
+}
+
+/* current_event_add for an event not yet counted in the vital's totals. */
+static __always_inline struct hl_sample *current_event(void *ctx, struct hl_control *ctl, __u32 vital,
+						       __u64 w0, __u64 w1, __u64 w2, __u32 weight,
+						       struct verdict *v)
+{
+	return current_event_add(ctx, ctl, vital, w0, w1, w2, weight, false, v);
 }
 
 static __always_inline void sample_submit(struct hl_sample *s, __u32 vital, struct verdict *v)

@@ -11,6 +11,16 @@
  * Fields: f[0] syscall number, f[1] first argument, f[2] return value,
  * f[3] latency ns.
  *
+ * Every call is counted in the vital's exact totals (events, and weight in
+ * µs), but only some enter its sketch: a call that took SYS_SLOW_NS or
+ * longer always does, while of the fast ones a random 1 in SYS_FAST_EVERY
+ * does, with its weight multiplied by SYS_FAST_EVERY so the sketch's
+ * estimates stay unbiased. The sketch update (hash, four shared counters)
+ * and the label's pointer chase are most of what a call cost, and a
+ * syscall-heavy program makes millions of fast calls; slow calls, the
+ * ones a latency problem is made of, are all seen. A fast call at a rare
+ * site is seen with probability 1/SYS_FAST_EVERY per call.
+ *
  * exit and exit_group never return, so sys_exit never closes them: they are
  * counted at entry with no latency, and every one is sampled, labelled by
  * the process rather than the site. A process ends once, and its end is
@@ -19,6 +29,8 @@
  */
 #define NR_EXIT 60
 #define NR_EXIT_GROUP 231
+#define SYS_SLOW_NS (64 * 1000)
+#define SYS_FAST_EVERY 8 /* a power of 2 */
 
 static __always_inline void sys_last_call(void *ctx, struct hl_control *ctl, struct task_struct *task,
 					  long id, __u64 arg0)
@@ -69,9 +81,10 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
 	struct task_marks *m;
+	struct hl_stats *st;
 	struct hl_sample *s;
 	struct verdict v;
-	__u64 lat;
+	__u64 lat, weight;
 
 	if (!record_current(ctl, VITAL_SYSCALL))
 		return 0;
@@ -81,8 +94,19 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 		return 0; /* entered before the recorder started */
 	lat = bpf_ktime_get_ns() - m->sys_ts;
 	m->sys_ts = 0;
-	s = current_event(ctx, ctl, VITAL_SYSCALL, m->sys_sp & ~0xffULL, m->sys_nr, current_who(task),
-			  clamp_weight(lat / 1000), &v);
+	weight = clamp_weight(lat / 1000);
+	st = stats_of(ctl->gen & 1, VITAL_SYSCALL);
+	if (!st)
+		return 0;
+	st->events++;
+	st->weight += weight;
+	if (lat < SYS_SLOW_NS) {
+		if (bpf_get_prandom_u32() & (SYS_FAST_EVERY - 1))
+			return 0;
+		weight *= SYS_FAST_EVERY;
+	}
+	s = current_event_add(ctx, ctl, VITAL_SYSCALL, m->sys_sp & ~0xffULL, m->sys_nr, current_who(task),
+			      clamp_weight(weight), true, &v);
 	if (!s)
 		return 0;
 	s->f[0] = m->sys_nr;

@@ -110,6 +110,7 @@ type vitalsTaskState struct {
 	SleepTs     uint64
 	BlockedNs   uint64
 	Site        uint64
+	SiteKey     uint64
 	UstackKey   uint64
 	UstackTs    uint64
 	SleepState  uint32
