@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type vitalsBoost struct {
+	_        structs.HostLayout
+	StartMin uint64
+	StartMax uint64
+}
+
 type vitalsHca struct {
 	_ structs.HostLayout
 	C [4][512]uint32
@@ -27,7 +33,7 @@ type vitalsHlControl struct {
 	SchedMinNs uint64
 	BlckMinNs  uint64
 	SelfTgid   uint32
-	Pad        uint32
+	BoostMax   uint32
 }
 
 type vitalsHlSample struct {
@@ -123,6 +129,7 @@ type vitalsTaskState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	vitalsMapBoosted              = "boosted"
 	vitalsMapControl              = "control"
 	vitalsMapHcas                 = "hcas"
 	vitalsMapInflight             = "inflight"
@@ -217,6 +224,7 @@ type vitalsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsMapSpecs struct {
+	Boosted        *ebpf.MapSpec `ebpf:"boosted"`
 	Control        *ebpf.MapSpec `ebpf:"control"`
 	Hcas           *ebpf.MapSpec `ebpf:"hcas"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
@@ -255,6 +263,7 @@ func (o *vitalsObjects) Close() error {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsMaps struct {
+	Boosted        *ebpf.Map `ebpf:"boosted"`
 	Control        *ebpf.Map `ebpf:"control"`
 	Hcas           *ebpf.Map `ebpf:"hcas"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
@@ -268,6 +277,7 @@ type vitalsMaps struct {
 
 func (m *vitalsMaps) Close() error {
 	return _VitalsClose(
+		m.Boosted,
 		m.Control,
 		m.Hcas,
 		m.Inflight,
