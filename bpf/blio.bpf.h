@@ -122,10 +122,8 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	if (!sketch_update(ctl, VITAL_BLIO, fresh.pid, fresh.site, fresh.label_w2, fresh.bytes, &v))
 		return;
 	fresh.est = v.est;
-	if (!v.sampled && task_boosted(ctl, task)) {
-		struct hl_stats *st = stats_of(v.copy, VITAL_BLIO);
-		v.sampled = st && st->samples < ctl->boost_max;
-	}
+	if (!v.sampled && task_boosted(ctl, task))
+		v.sampled = boost_take(ctl, v.copy);
 	if (v.sampled) {
 		struct io_stacks *stk = bpf_map_lookup_elem(&io_scratch, &zero);
 		if (stk) {

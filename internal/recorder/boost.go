@@ -11,11 +11,12 @@ import (
 	"github.com/holter-dev/holter/internal/symbol"
 )
 
-// BoostPerSecond is how many block requests of boosted processes a CPU may
-// sample per second of epoch (see Boost): a disk's requests come by the
-// thousand per second at most, and at this rate on every CPU the ring
-// buffer holds several polls' worth.
-const BoostPerSecond = 2000
+// BoostPerSecond is how many block requests of boosted processes may be
+// sampled per second of epoch, over all CPUs, beyond the usual samples (see
+// Boost): some 1600 per poll of the ring buffer, which holds 3800, so that
+// a boosted tree does not crowd out the other samples; more requests than
+// that a second are sampled as usual.
+const BoostPerSecond = 16000
 
 // MaxBoosted is how many processes may be boosted at once (MAX_BOOSTED in
 // bpf/sketch.h).
@@ -27,8 +28,8 @@ const clockTicks = 100
 
 // Boost samples the block requests of process pid and of its descendants
 // (to eight generations, wherever they are when a request is made) each
-// rather than logarithmically per label, up to BoostPerSecond per CPU and
-// second of epoch beyond the usual samples, until Unboost. It is what
+// rather than logarithmically per label, up to BoostPerSecond a second of
+// epoch beyond the usual samples, until Unboost. It is what
 // `holter run` asks for the command it records: a run of a second leaves
 // a label a few dozen samples otherwise, too few for the distribution of
 // its request sizes and latencies. Only the sampling decision changes: each
@@ -78,7 +79,7 @@ func (r *Recorder) Unboost(pid uint32) error {
 }
 
 // boostMax is the control block's boost_max: 0 while no process is
-// boosted, else the samples a CPU may take per epoch for boosts.
+// boosted, else the samples boosts may take per epoch.
 func (r *Recorder) boostMax() uint32 {
 	if len(r.boosted) == 0 {
 		return 0

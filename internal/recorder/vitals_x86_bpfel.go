@@ -129,6 +129,7 @@ type vitalsTaskState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	vitalsMapBoostTaken           = "boost_taken"
 	vitalsMapBoosted              = "boosted"
 	vitalsMapControl              = "control"
 	vitalsMapHcas                 = "hcas"
@@ -224,6 +225,7 @@ type vitalsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsMapSpecs struct {
+	BoostTaken     *ebpf.MapSpec `ebpf:"boost_taken"`
 	Boosted        *ebpf.MapSpec `ebpf:"boosted"`
 	Control        *ebpf.MapSpec `ebpf:"control"`
 	Hcas           *ebpf.MapSpec `ebpf:"hcas"`
@@ -263,6 +265,7 @@ func (o *vitalsObjects) Close() error {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsMaps struct {
+	BoostTaken     *ebpf.Map `ebpf:"boost_taken"`
 	Boosted        *ebpf.Map `ebpf:"boosted"`
 	Control        *ebpf.Map `ebpf:"control"`
 	Hcas           *ebpf.Map `ebpf:"hcas"`
@@ -277,6 +280,7 @@ type vitalsMaps struct {
 
 func (m *vitalsMaps) Close() error {
 	return _VitalsClose(
+		m.BoostTaken,
 		m.Boosted,
 		m.Control,
 		m.Hcas,
