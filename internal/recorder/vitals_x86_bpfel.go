@@ -79,6 +79,7 @@ type vitalsIoStacks struct {
 
 type vitalsIoState struct {
 	_        structs.HostLayout
+	Gen      uint64
 	InsertTs uint64
 	IssueTs  uint64
 	Site     uint64
