@@ -67,17 +67,15 @@ func TestBoostSamplesEachRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		total := int64(0)
+		total, samples, want := int64(0), int64(0), int64(0)
 		for _, row := range res.Rows {
 			n, requests := toInt(row[1]), toInt(row[2])
 			total += requests
+			samples += n
+			// All of them, or as many as boosts may take an epoch.
+			want += min(requests, BoostPerSecond)
 			t.Logf("%s (pid %d), epoch %v: %d samples of %d requests", w.name, w.pid, row[0], n, requests)
 			switch w.name {
-			case "boosted":
-				// All of them, or as many as boosts may take an epoch.
-				if want := min(requests, BoostPerSecond); float64(n) < 0.95*float64(want) {
-					t.Errorf("boosted workload, epoch %v: %d samples of %d requests, want each sampled up to %d", row[0], n, requests, BoostPerSecond)
-				}
 			case "plain":
 				// 2^16 to 2^32 bytes is 16 powers of two an epoch,
 				// and a request submitted in one epoch may complete in
@@ -89,6 +87,11 @@ func TestBoostSamplesEachRequest(t *testing.T) {
 		}
 		if total < 50 {
 			t.Fatalf("%s workload made %d requests, too few to tell sampling each from sampling some", w.name, total)
+		}
+		// A request that completes after its epoch was read is counted
+		// late, not filed, so a few may be missing.
+		if w.name == "boosted" && float64(samples) < 0.95*float64(want) {
+			t.Errorf("boosted workload: %d samples of %d requests, want each sampled up to %d an epoch", samples, total, BoostPerSecond)
 		}
 	}
 }
