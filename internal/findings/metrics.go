@@ -182,9 +182,13 @@ var EMDTolerance = 2 * (math.Exp2(1.0/Resolution) - 1)
 // metricsColumns are the columns of the samples metricsSQL reads, and each
 // sample's inter-arrival gap, taken in the window that weighs it: the
 // window keeps the whole rows it is given, so a narrow one is the cheaper.
+// The window orders a label's samples as the sketch counted them, which
+// for block requests (sent at completion) is not always the order of their
+// times: a request that completed before an earlier one of its label has a
+// gap of 0.
 const metricsColumns = `s.ts_ns, s.epoch, s.vital, s.pid, s.weight, s.delay_ns, s.latency_ns, s.queue_ns,
 			s.bytes_requested, s.sector, s.bytes, s.alloc_order, s.syscall_nr, s.op, s.dev,
-			s.ts_ns - lag(s.ts_ns) OVER w AS gap`
+			CASE WHEN lag(s.ts_ns) OVER w IS NOT NULL THEN greatest(s.ts_ns - lag(s.ts_ns) OVER w, 0) END AS gap`
 
 // metricsSQL follows represented with metricsColumns: it names the metrics
 // each sample is a measurement of (with its value), numbers each metric's
