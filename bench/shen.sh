@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Shen et al. §4 reproduction (cmd/holter/shen_test.go, build tag
-# "reproduce"), ROUNDS times: 22 io_bench runs through `holter run` on a
+# The Shen et al. §4 reproduction (cmd/holter/shen_test.go, also in the
+# test suite), ROUNDS times: 22 io_bench runs through `holter run` on a
 # loop device, an anomaly planted in one condition region (readahead
 # recorded as 128 KiB but set to 4 KiB). Prints each round's FIGURES line
 # (symptoms found, true and false positives, planted runs missed, rank of
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 pass=0
 for i in $(seq 1 "$ROUNDS"); do
-	out=$(go test -tags reproduce -count=1 -run 'TestShenReproduction$' -v ./cmd/holter/ 2>&1)
+	out=$(go test -count=1 -run 'TestShenReproduction$' -v ./cmd/holter/ 2>&1)
 	rc=$?
 	echo "round $i: $(grep -o 'FIGURES: .*' <<<"$out")"
 	grep -E 'shen_test.go:[0-9]+: (symptom|.*want among)' <<<"$out" | sed 's/^ */    /'

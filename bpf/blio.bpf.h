@@ -8,7 +8,11 @@
  * too, so the sketch is updated and the sampling decided at submission and
  * stacks are taken for sampled requests only; the sample itself is sent at
  * completion, when latency and outcome are known, and belongs to the epoch
- * the request completed in.
+ * the request was submitted in, whose sketch its estimate is of: filed in
+ * the next epoch, a request that straddles the boundary would stand for
+ * all its label's requests of the last one (the store weighs a sample by
+ * the growth of its label's estimate since the previous one). One that
+ * completes after user space has read the epoch is counted late.
  *
  * Requests that carry no data (cache flushes) are not disk I/O the vital
  * counts: on a device without a volatile cache the block layer completes
@@ -19,6 +23,7 @@
  * completion), f[6] error (blk_status_t), f[7] queue ns (insert to issue).
  */
 struct io_state {
+	__u64 gen;      /* epoch generation at submission */
 	__u64 insert_ts;
 	__u64 issue_ts;
 	__u64 site;
@@ -122,6 +127,9 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	if (!sketch_update(ctl, VITAL_BLIO, fresh.pid, fresh.site, fresh.label_w2, fresh.bytes, &v))
 		return;
 	fresh.est = v.est;
+	fresh.gen = v.gen;
+	if (!v.sampled && task_boosted(ctl, task))
+		v.sampled = boost_take(ctl, v.copy);
 	if (v.sampled) {
 		struct io_stacks *stk = bpf_map_lookup_elem(&io_scratch, &zero);
 		if (stk) {
@@ -174,8 +182,8 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 	}
 	if (io->sampled && !io->self) {
 		now = bpf_ktime_get_ns();
-		v.gen = ctl->gen;
-		v.copy = v.gen & 1;
+		v.gen = io->gen;
+		v.copy = ctl->gen & 1;
 		v.est = io->est;
 		s = sample_begin(&v, VITAL_BLIO, io->pid, io->site, io->label_w2, io->bytes, now);
 		if (s) {

@@ -58,7 +58,7 @@ struct hl_control {
 	__u64 sched_min_ns;        /* scheduling delay that qualifies */
 	__u64 blck_min_ns;         /* blocking time that qualifies */
 	__u32 self_tgid;           /* the recorder: never recorded, or it would record itself recording */
-	__u32 pad;
+	__u32 boost_max;           /* 0: no process is boosted; else samples per epoch boosts may add (see boosted) */
 };
 
 /* Exact per-epoch totals, per CPU, per copy and vital. */
@@ -113,6 +113,77 @@ struct {
 	__type(key, __u32);
 	__type(value, struct hl_stats);
 } stats SEC(".maps");
+
+/*
+ * Boosted processes (`holter run`): the process trees whose block requests
+ * are all sampled, up to control.boost_max such samples per epoch over all
+ * CPUs (boost_taken counts them per copy), rather than when their label's
+ * count crosses a power of the threshold. The sampling decision is the only
+ * thing a boost changes: the sketch counts as ever, and a sample stands for
+ * the events of its label since the previous one (the store weighs it so),
+ * so a boosted label's samples are each one event and the rest of its
+ * label's events stay accounted for. Keyed by process id; the value bounds
+ * the process's start (task start_boottime, as /proc/PID/stat gives it to a
+ * clock tick), so a process that reuses the id of an ended one is not
+ * boosted.
+ */
+struct boost {
+	__u64 start_min;
+	__u64 start_max;
+};
+
+#define MAX_BOOSTED 64
+#define BOOST_DEPTH 8
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BOOSTED);
+	__type(key, __u32);
+	__type(value, struct boost);
+} boosted SEC(".maps");
+
+/* Samples taken for boosts this epoch, per copy; user space clears a copy's
+ * count with its other totals. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} boost_taken SEC(".maps");
+
+/* Whether a boost may sample one more event in this epoch copy; counts it
+ * if so. */
+static __always_inline bool boost_take(struct hl_control *ctl, __u32 copy)
+{
+	__u64 *taken = bpf_map_lookup_elem(&boost_taken, &copy);
+
+	if (!taken || *taken >= ctl->boost_max)
+		return false;
+	__sync_fetch_and_add(taken, 1);
+	return true;
+}
+
+/* The task is a boosted process or descends from one within BOOST_DEPTH
+ * generations. */
+static __always_inline bool task_boosted(struct hl_control *ctl, struct task_struct *task)
+{
+	if (!ctl->boost_max)
+		return false;
+	for (int i = 0; i < BOOST_DEPTH && task; i++) {
+		__u32 tgid = BPF_CORE_READ(task, tgid);
+		struct boost *b = bpf_map_lookup_elem(&boosted, &tgid);
+
+		if (b) {
+			__u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
+			if (start >= b->start_min && start < b->start_max)
+				return true;
+		}
+		if (tgid <= 1)
+			break;
+		task = BPF_CORE_READ(task, real_parent);
+	}
+	return false;
+}
 
 /* Samples are submitted without waking the reader, which polls every
  * 100 ms (internal/recorder): a wake-up per sample cost more than the

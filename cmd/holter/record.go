@@ -197,6 +197,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 				r.Host = cfg.Host
 			}
 			return st.AddRun(ctx, r)
+		}, Boost: func(pid uint32, on bool) error {
+			if on {
+				return rec.Boost(pid)
+			}
+			return rec.Unboost(pid)
 		}})
 		if err != nil {
 			return err

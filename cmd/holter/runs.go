@@ -106,16 +106,22 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		*id = fmt.Sprintf("r%d", asInt(res.Rows[0][0])+1)
 	}
 
+	// The command's block requests are sampled each rather than a few
+	// per label and epoch (recorder.Boost): this process is boosted, and
+	// the command and whatever it starts descend from it.
+	unboost := boostSelf(ctx, c, *id, stderr)
 	var out bytes.Buffer
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = io.MultiWriter(stdout, &out), stderr, os.Stdin
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		unboost()
 		return fmt.Errorf("run %s: %w", cmdArgs[0], err)
 	}
 	tree := watchTree(cmd.Process.Pid)
 	runErr := cmd.Wait()
 	end := time.Now()
+	unboost()
 	pids := tree()
 	exit := 0
 	var ee *exec.ExitError
@@ -164,6 +170,24 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("run %s: the command exited with status %d (the run was added)", *id, exit)
 	}
 	return nil
+}
+
+// boostSelf asks the recorder to sample every block request of this process
+// and its descendants (PUT /api/boost/{pid}) and returns what ends that.
+// A recorder that cannot is no reason not to run: the run's requests are
+// then sampled as usual, which it says.
+func boostSelf(ctx context.Context, c *client, id string, stderr io.Writer) func() {
+	path := fmt.Sprintf("/api/boost/%d", os.Getpid())
+	var answer map[string]any
+	if err := c.do(ctx, http.MethodPut, path, nil, &answer); err != nil {
+		fmt.Fprintf(stderr, "run %s: the recorder does not sample this run's block requests each (%v): they are sampled as usual\n", id, err)
+		return func() {}
+	}
+	return func() {
+		if err := c.do(ctx, http.MethodDelete, path, nil, &answer); err != nil {
+			fmt.Fprintf(stderr, "run %s: end the sampling of each block request: %v\n", id, err)
+		}
+	}
 }
 
 // treePoll is how often watchTree looks for the processes a run started.

@@ -1,10 +1,3 @@
-//go:build reproduce
-
-// The reproduction is statistical: over 1-s runs whose block I/O the
-// recorder samples some 25 times, the planted metric ranks 1st to 3rd in
-// most runs and lower in some, so it is run by bench/shen.sh (which repeats
-// it and prints its figures), not by the test suite.
-
 package main
 
 import (
@@ -31,6 +24,11 @@ func (c shenCondition) id() string {
 	return fmt.Sprintf("c%d-rl%d-th%d-ra%d-%s", c.conc, c.runlen, c.thinkUs, c.readahead, c.sched)
 }
 
+// minBoostedRequests is the fewest request sizes the test takes for a run
+// whose requests were each sampled: a run of a second makes thousands, and
+// the sketch alone samples a label some 25 times a second.
+const minBoostedRequests = 200
+
 // planted: the region where the setup quietly collapses the device's
 // readahead to 4 KiB while the run's recorded parameter says 128 KiB.
 // With think time the application's own sleeps bound its throughput, so the
@@ -49,10 +47,13 @@ func (c shenCondition) planted() bool {
 // set to 4 KiB, which collapses the device's request sizes). holter runs
 // must flag the planted region's runs as targets (p <= 0.05) and rank the
 // device-level request size among the top three metrics for them, and flag
-// no more other runs than planted ones. Each run's metrics are its own process's and its
-// device's (findings.Metrics), so the host's other work does not rank. It
-// logs the symptoms found, the true and false positives, the metric's rank
-// and the time taken.
+// no more other runs than planted ones. Each run's metrics are its own
+// process's and its device's (findings.Metrics), so the host's other work
+// does not rank; `holter run` has the recorder sample each of the run's
+// block requests (recorder.Boost), so a run of a second has thousands of
+// request sizes rather than the few dozen the sketch's powers of two give
+// it, which the test checks. It logs the symptoms found, the true and false
+// positives, the metric's rank and the time taken; bench/shen.sh repeats it.
 func TestShenReproduction(t *testing.T) {
 	testStart := time.Now()
 	testutil.RequireRoot(t)
@@ -192,11 +193,11 @@ func TestShenReproduction(t *testing.T) {
 	tp, fp := 0, 0
 	var ranks []string
 	for _, a := range res.Anomalies {
-		rank := 0
+		rank, n := 0, 0
 		var names []string
 		for i, m := range a.Metrics {
 			if m.Name == metric && rank == 0 {
-				rank = i + 1
+				rank, n = i+1, min(m.TargetN, m.ReferenceN)
 			}
 			if i < 5 || m.Name == metric {
 				names = append(names, fmt.Sprintf("%d. %s (score %.3f: EMD %.3f, %.3f within the reference, n %d/%d)", i+1, m.Name, m.Score, m.EMD, m.Noise, m.TargetN, m.ReferenceN))
@@ -214,6 +215,10 @@ func TestShenReproduction(t *testing.T) {
 		if rank == 0 || rank > 3 {
 			t.Errorf("%s against %s: %q ranks %d of %d, want among the top three (0: not ranked)",
 				a.Target, a.Reference, metric, rank, len(a.Metrics))
+		}
+		if rank > 0 && n < minBoostedRequests {
+			t.Errorf("%s against %s: %q has %d values in one run, want each request sampled (at least %d)",
+				a.Target, a.Reference, metric, n, minBoostedRequests)
 		}
 	}
 	var missed []string

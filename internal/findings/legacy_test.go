@@ -39,7 +39,8 @@ func legacyMetrics(ctx context.Context, q Querier, host string, r Range) (*Metri
 		return nil, err
 	}
 	cte := representedCTE(host, 0, first, r.EndNs, "")
-	res, err := q.Query(ctx, cte+fmt.Sprintf(`, g AS (SELECT *, ts_ns - lag(ts_ns) OVER (PARTITION BY epoch, vital, label_hash, pid ORDER BY ts_ns) AS gap FROM r)
+	res, err := q.Query(ctx, cte+fmt.Sprintf(`, g AS (SELECT *, CASE WHEN lag(ts_ns) OVER o IS NOT NULL THEN greatest(ts_ns - lag(ts_ns) OVER o, 0) END AS gap FROM r
+		WINDOW o AS (PARTITION BY epoch, vital, label_hash, pid ORDER BY est_count, ts_ns))
 		SELECT vital, epoch, ts_ns, de, gap,
 		CAST(delay_ns AS DOUBLE), CAST(latency_ns AS DOUBLE), CAST(queue_ns AS DOUBLE), CAST(bytes_requested AS DOUBLE),
 		CAST(sector AS DOUBLE), CAST(bytes AS DOUBLE), CAST(alloc_order AS DOUBLE), syscall_nr, op

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -181,9 +182,13 @@ var EMDTolerance = 2 * (math.Exp2(1.0/Resolution) - 1)
 // metricsColumns are the columns of the samples metricsSQL reads, and each
 // sample's inter-arrival gap, taken in the window that weighs it: the
 // window keeps the whole rows it is given, so a narrow one is the cheaper.
+// The window orders a label's samples as the sketch counted them, which
+// for block requests (sent at completion) is not always the order of their
+// times: a request that completed before an earlier one of its label has a
+// gap of 0.
 const metricsColumns = `s.ts_ns, s.epoch, s.vital, s.pid, s.weight, s.delay_ns, s.latency_ns, s.queue_ns,
 			s.bytes_requested, s.sector, s.bytes, s.alloc_order, s.syscall_nr, s.op, s.dev,
-			s.ts_ns - lag(s.ts_ns) OVER w AS gap`
+			CASE WHEN lag(s.ts_ns) OVER w IS NOT NULL THEN greatest(s.ts_ns - lag(s.ts_ns) OVER w, 0) END AS gap`
 
 // metricsSQL follows represented with metricsColumns: it names the metrics
 // each sample is a measurement of (with its value), numbers each metric's
@@ -281,7 +286,12 @@ func Compare(t, r *MetricSet, opts *diagnose.RankOptions) ([]diagnose.Ranked, []
 	sort.Strings(names)
 	var ms []diagnose.Metric
 	var few []diagnose.Skipped
+	same := sameMetrics(t, r, names)
 	for _, n := range names {
+		if total, ok := same[n]; ok {
+			few = append(few, diagnose.Skipped{Name: n, Err: fmt.Errorf("%w: its values are those of %q on both sides", ErrSameMetric, total)})
+			continue
+		}
 		m := diagnose.Metric{Name: n, Target: t.Samples[n], Reference: r.Samples[n]}
 		if t.PerEpoch[n] || r.PerEpoch[n] {
 			m.MinSamples = MinEpochs
@@ -296,6 +306,50 @@ func Compare(t, r *MetricSet, opts *diagnose.RankOptions) ([]diagnose.Ranked, []
 	}
 	ranked, skipped, err := diagnose.Rank(ms, opts)
 	return ranked, append(skipped, few...), err
+}
+
+// ErrSameMetric: a metric has the same values as another in both ranges.
+var ErrSameMetric = errors.New("same values as another metric")
+
+// sameMetrics maps each of names whose values in t and in r are those of
+// another metric with a shorter name to that metric. A breakdown that holds
+// all of its total's values — the latency of reads when every request was
+// a read, of the one system call a process made — says nothing its total
+// does not, and ranked beside it would take a second place.
+func sameMetrics(t, r *MetricSet, names []string) map[string]string {
+	type shape struct{ nt, nr int }
+	byShape := map[shape][]string{}
+	for _, n := range names {
+		k := shape{len(t.Samples[n].Values), len(r.Samples[n].Values)}
+		byShape[k] = append(byShape[k], n)
+	}
+	same := map[string]string{}
+	for k, group := range byShape {
+		if len(group) < 2 || k.nt+k.nr == 0 {
+			continue
+		}
+		sort.Slice(group, func(i, j int) bool {
+			if len(group[i]) != len(group[j]) {
+				return len(group[i]) < len(group[j])
+			}
+			return group[i] < group[j]
+		})
+		for i, n := range group {
+			if _, ok := same[n]; ok {
+				continue
+			}
+			for _, o := range group[i+1:] {
+				if _, ok := same[o]; !ok && sameSample(t.Samples[n], t.Samples[o]) && sameSample(r.Samples[n], r.Samples[o]) {
+					same[o] = n
+				}
+			}
+		}
+	}
+	return same
+}
+
+func sameSample(a, b diagnose.Sample) bool {
+	return slices.Equal(a.Values, b.Values) && slices.Equal(a.Weights, b.Weights) && slices.Equal(a.Counts, b.Counts)
 }
 
 // ones is counts, or n counts of one when it is nil.

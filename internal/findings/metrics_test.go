@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/holter-dev/holter/internal/diagnose"
@@ -165,5 +167,43 @@ func TestMetricsOfRun(t *testing.T) {
 				t.Errorf("%s: not the run's metric", n)
 			}
 		}
+	}
+}
+
+// TestCompareLeavesOutSameMetrics: a breakdown with every value of its total
+// on both sides (the latency of reads when all requests were reads) is left
+// out of the ranking, naming the total; one with other values, or the same
+// values on one side only, is ranked.
+func TestCompareLeavesOutSameMetrics(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	sample := func(mean float64) diagnose.Sample {
+		var s diagnose.Sample
+		for range 40 {
+			s.Values = append(s.Values, mean*(0.5+rng.Float64()))
+			s.Weights = append(s.Weights, 1+rng.Float64())
+		}
+		return s
+	}
+	total, other := sample(100), sample(300)
+	tset, rset := newMetricSet(), newMetricSet()
+	tset.Samples["blio latency (ns)"], rset.Samples["blio latency (ns)"] = total, other
+	tset.Samples["blio read latency (ns)"], rset.Samples["blio read latency (ns)"] = total, other
+	tset.Samples["blio write latency (ns)"], rset.Samples["blio write latency (ns)"] = total, sample(300)
+	tset.Samples["blio queue time (ns)"], rset.Samples["blio queue time (ns)"] = sample(10), sample(10)
+	ranked, skipped, err := Compare(tset, rset, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range ranked {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"blio latency (ns)", "blio queue time (ns)", "blio write latency (ns)"}; !slices.Equal(names, want) {
+		t.Errorf("ranked %v, want %v", names, want)
+	}
+	if len(skipped) != 1 || skipped[0].Name != "blio read latency (ns)" || !errors.Is(skipped[0].Err, ErrSameMetric) ||
+		!strings.Contains(skipped[0].Err.Error(), `"blio latency (ns)"`) {
+		t.Errorf("skipped %v, want blio read latency (ns) as the same as blio latency (ns)", skipped)
 	}
 }

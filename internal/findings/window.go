@@ -241,14 +241,19 @@ func bucketExpr(width int64) string {
 }
 
 // representedCTE gives each sample in range the weight (dw) and events (de)
-// it stands for, and its interval (b).
+// it stands for — its label's estimated count since the label's previous
+// sample in the epoch — and its interval (b). A label's samples are taken
+// in the order of their estimates, which is the order the sketch counted
+// them in: a block request's sample is sent when it completes, and a
+// request that overtakes an earlier one of its label would otherwise find
+// its estimate above the next sample's, leaving that one none.
 func representedCTE(host string, width, from, to int64, where string) string {
 	return represented(host, width, from, to, where, "s.*")
 }
 
 // represented is representedCTE with the samples' columns it keeps (cols,
 // of samples s; other expressions may use the window w, a label's samples
-// in time order).
+// in the order the sketch counted them).
 func represented(host string, width, from, to int64, where, cols string) string {
 	if where != "" {
 		where = " AND " + where
@@ -258,7 +263,7 @@ func represented(host string, width, from, to int64, where, cols string) string 
 			greatest(CAST(s.est_count AS DOUBLE) - coalesce(lag(CAST(s.est_count AS DOUBLE)) OVER w, 0), 0) AS dw
 		FROM samples s JOIN epochs e ON e.host = s.host AND e.epoch = s.epoch
 		WHERE s.host = %s AND e.start_ns >= %d AND e.start_ns < %d%s
-		WINDOW w AS (PARTITION BY s.epoch, s.vital, s.label_hash, s.pid ORDER BY s.ts_ns)),
+		WINDOW w AS (PARTITION BY s.epoch, s.vital, s.label_hash, s.pid ORDER BY s.est_count, s.ts_ns)),
 	r AS (SELECT *, dw / greatest(CAST(weight AS DOUBLE), 1) AS de FROM s)`,
 		bucketExpr(width), cols, sqlString(host), from-from%max(width, 1), to, where)
 }

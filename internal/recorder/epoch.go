@@ -115,6 +115,9 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 	}
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
+	if err := r.objs.maps.BoostTaken.Update(copyIdx, uint64(0), ebpf.UpdateExist); err != nil {
+		return nil, fmt.Errorf("clear the boosts' sample count: %w", err)
+	}
 	for _, v := range AllVitals() {
 		if _, ok := r.attached[v]; !ok {
 			continue

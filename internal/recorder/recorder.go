@@ -158,12 +158,15 @@ type Recorder struct {
 	memFree  memFree
 
 	// ctlMu guards what the control block is made of: the attached vitals,
-	// the generation and the seeds. Run and SetEnabled both change it.
+	// the generation, the seeds and the boosts. Run and SetEnabled both change it.
 	ctlMu sync.Mutex
 	gen   uint64
 	seeds [2]uint64
 	// budget is the adaptive threshold state (budget.go).
 	budget budgetState
+	// boosted are the processes whose block requests are all sampled
+	// (boost.go).
+	boosted map[uint32]bool
 	// fixedNs is CPU time since the last epoch boundary spent on work that
 	// thresholds cannot reduce: committing, attaching programs. The
 	// committer adds to it from its own thread.
@@ -193,7 +196,7 @@ func New(cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{},
+	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, boosted: map[uint32]bool{},
 		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc")}
 	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0)}
 	for v := range r.budget.shift {
@@ -350,6 +353,7 @@ func (r *Recorder) writeControl() error {
 	ctl.SelfTgid = uint32(os.Getpid())
 	ctl.SchedMinNs = uint64(r.cfg.SchedMin)
 	ctl.BlckMinNs = uint64(r.cfg.BlckMin)
+	ctl.BoostMax = r.boostMax()
 	if err := r.objs.maps.Control.Update(uint32(0), &ctl, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write recorder control: %w", err)
 	}

@@ -51,7 +51,7 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 		}
 	}
 
-	st := recordWhile(t, func() {
+	st := recordWhile(t, func(*Recorder) {
 		runWorkloads(t, workloads, bins)
 	})
 
@@ -127,7 +127,7 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 // recordWhile records every vital, whatever it costs, into a fresh store
 // in 1 s epochs while work runs, and returns the store once the last epoch
 // is committed.
-func recordWhile(t *testing.T, work func()) *store.Store {
+func recordWhile(t *testing.T, work func(*Recorder)) *store.Store {
 	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
@@ -145,7 +145,7 @@ func recordWhile(t *testing.T, work func()) *store.Store {
 		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
 	}()
 	time.Sleep(300 * time.Millisecond)
-	work()
+	work(rec)
 	time.Sleep(200 * time.Millisecond)
 	stop()
 	if err := <-done; err != nil {
@@ -269,7 +269,7 @@ func TestStressNGProvokesEveryVital(t *testing.T) {
 		"--sock", "1", // sock
 		"--dir", "2", "--dentry", "2") // lock: directory and dentry locks
 	cmd.Dir = dir
-	st := recordWhile(t, func() {
+	st := recordWhile(t, func(*Recorder) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("stress-ng: %v\n%s", err, out)
 		}

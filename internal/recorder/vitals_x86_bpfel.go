@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type vitalsBoost struct {
+	_        structs.HostLayout
+	StartMin uint64
+	StartMax uint64
+}
+
 type vitalsHca struct {
 	_ structs.HostLayout
 	C [4][512]uint32
@@ -27,7 +33,7 @@ type vitalsHlControl struct {
 	SchedMinNs uint64
 	BlckMinNs  uint64
 	SelfTgid   uint32
-	Pad        uint32
+	BoostMax   uint32
 }
 
 type vitalsHlSample struct {
@@ -73,6 +79,7 @@ type vitalsIoStacks struct {
 
 type vitalsIoState struct {
 	_        structs.HostLayout
+	Gen      uint64
 	InsertTs uint64
 	IssueTs  uint64
 	Site     uint64
@@ -124,6 +131,8 @@ type vitalsTaskState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	vitalsMapBoostTaken           = "boost_taken"
+	vitalsMapBoosted              = "boosted"
 	vitalsMapControl              = "control"
 	vitalsMapHcas                 = "hcas"
 	vitalsMapInflight             = "inflight"
@@ -218,6 +227,8 @@ type vitalsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsMapSpecs struct {
+	BoostTaken     *ebpf.MapSpec `ebpf:"boost_taken"`
+	Boosted        *ebpf.MapSpec `ebpf:"boosted"`
 	Control        *ebpf.MapSpec `ebpf:"control"`
 	Hcas           *ebpf.MapSpec `ebpf:"hcas"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
@@ -256,6 +267,8 @@ func (o *vitalsObjects) Close() error {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsMaps struct {
+	BoostTaken     *ebpf.Map `ebpf:"boost_taken"`
+	Boosted        *ebpf.Map `ebpf:"boosted"`
 	Control        *ebpf.Map `ebpf:"control"`
 	Hcas           *ebpf.Map `ebpf:"hcas"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
@@ -269,6 +282,8 @@ type vitalsMaps struct {
 
 func (m *vitalsMaps) Close() error {
 	return _VitalsClose(
+		m.BoostTaken,
+		m.Boosted,
 		m.Control,
 		m.Hcas,
 		m.Inflight,

@@ -164,10 +164,12 @@ func literal(v any) (string, error) {
 // recorder with a 404 that says why, in fleet mode.
 func registerNotInFleet(mux *http.ServeMux) {
 	for route, what := range map[string]string{
-		"POST /api/runs":  "runs are added to a host's own store by its recorder",
-		"POST /api/trace": "live queries run on a host's own agent (holter trace --hosts fans out over agents)",
-		"GET /metrics":    "the virtual performance counters are a host's own",
-		"GET /api/diff":   "the metric diff is derived from a host's own samples",
+		"POST /api/runs":          "runs are added to a host's own store by its recorder",
+		"PUT /api/boost/{pid}":    "a host's own recorder samples its processes",
+		"DELETE /api/boost/{pid}": "a host's own recorder samples its processes",
+		"POST /api/trace":         "live queries run on a host's own agent (holter trace --hosts fans out over agents)",
+		"GET /metrics":            "the virtual performance counters are a host's own",
+		"GET /api/diff":           "the metric diff is derived from a host's own samples",
 	} {
 		mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, "not in fleet mode: "+what+"; ask that host's agent (its --api address)")

@@ -205,6 +205,7 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 		{"GET", "/api/traces/xyz/path", 400, "32 hex digits"},
 		{"GET", "/metrics", 404, "not in fleet mode: the virtual performance counters"},
 		{"GET", "/api/diff?target=1&reference=2", 404, "not in fleet mode: the metric diff"},
+		{"PUT", "/api/boost/1", 404, "not in fleet mode: a host's own recorder samples its processes"},
 		{"GET", "/api/query?q=SELECT+count()+AS+n+FROM+epochs", 200, `"rows":[[16]]`},
 		{"GET", "/api/query?q=DROP+TABLE+epochs", 400, "clickhouse:"},
 	} {

@@ -38,6 +38,9 @@ type Options struct {
 	SetVital func(name string, on bool) error
 	// AddRun adds a run to the catalog; nil when serving a stored recording.
 	AddRun func(ctx context.Context, r store.Run) error
+	// Boost samples the block requests of a process tree each, or ends
+	// that (recorder.Boost); nil when serving a stored recording.
+	Boost func(pid uint32, on bool) error
 }
 
 // Server is a running API server.

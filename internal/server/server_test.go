@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -123,6 +125,50 @@ func TestStoredRecordingHasNoStatus(t *testing.T) {
 	code, body := get(t, r)
 	if code != 404 || !strings.Contains(body["error"].(string), "no recorder") {
 		t.Errorf("status without recorder: %d %v", code, body)
+	}
+}
+
+// TestBoostRoute: PUT and DELETE /api/boost/{pid} reach the recorder with
+// the process id; one that is not a process id is a 400 that names it, a
+// recorder's refusal a 400 with its reason, and a stored recording a 404.
+func TestBoostRoute(t *testing.T) {
+	type call struct {
+		pid uint32
+		on  bool
+	}
+	var calls []call
+	base := startServer(t, Options{Boost: func(pid uint32, on bool) error {
+		if pid == 99 {
+			return errors.New("boost process 99: no such process")
+		}
+		calls = append(calls, call{pid, on})
+		return nil
+	}})
+	for _, c := range []struct {
+		method, pid string
+		code        int
+		want        string
+	}{
+		{"PUT", "42", 200, ""},
+		{"DELETE", "42", 200, ""},
+		{"PUT", "x1", 400, `pid "x1" is not a process id`},
+		{"PUT", "0", 400, `pid "0" is not a process id`},
+		{"DELETE", "4294967296", 400, "is not a process id"},
+		{"PUT", "99", 400, "no such process"},
+	} {
+		r, _ := http.NewRequest(c.method, base+"/api/boost/"+c.pid, nil)
+		code, body := get(t, r)
+		if msg, _ := body["error"].(string); code != c.code || !strings.Contains(msg, c.want) {
+			t.Errorf("%s /api/boost/%s: %d %v, want %d %q", c.method, c.pid, code, body, c.code, c.want)
+		}
+	}
+	if want := []call{{42, true}, {42, false}}; !reflect.DeepEqual(calls, want) {
+		t.Errorf("the recorder was asked %v, want %v", calls, want)
+	}
+	stored := startServer(t, Options{})
+	r, _ := http.NewRequest("PUT", stored+"/api/boost/42", nil)
+	if code, body := get(t, r); code != 404 || !strings.Contains(body["error"].(string), "no recorder") {
+		t.Errorf("boost without a recorder: %d %v", code, body)
 	}
 }
 
