@@ -198,6 +198,18 @@ struct {
 } acct_counters SEC(".maps");
 
 /*
+ * Every timestamp is read on the TAI clock: the wall clock plus a whole
+ * number of seconds, taken when the event happens. Spans are stamped with
+ * the wall clock; a monotonic time converted at the next flush would be
+ * shifted by any step of the wall clock in between (a virtual machine's
+ * clock being set), and a request's on-CPU time with it.
+ */
+static __always_inline __u64 now_ns(void)
+{
+	return bpf_ktime_get_tai_ns();
+}
+
+/*
  * Interruptible sleeps shorter than this get no kernel stack (set at load
  * time): taking the stack of a woken thread is most of what a tracked
  * context switch costs, and the many short waits on futexes, pipes and
@@ -295,7 +307,7 @@ static __always_inline void track(struct task_struct *t, bool running)
 			st->refused++;
 		return;
 	}
-	now = bpf_ktime_get_ns();
+	now = now_ns();
 	if (running && (ts = bpf_task_storage_get(&threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE))) {
 		ts->on_ts = now;
 		ts->off_ts = 0;
@@ -357,7 +369,7 @@ int BPF_PROG(account_exit, struct task_struct *p, bool group_dead)
 		flush_dirty(p, ts);
 		if ((e = begin(ACCT_CPU, p))) {
 			e->start = ts->on_ts;
-			e->end = bpf_ktime_get_ns();
+			e->end = now_ns();
 			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 		}
 		ts->on_ts = 0;
@@ -365,7 +377,7 @@ int BPF_PROG(account_exit, struct task_struct *p, bool group_dead)
 	if (!group_dead || bpf_map_delete_elem(&tracked, &tgid) != 0)
 		return 0;
 	if ((e = begin(ACCT_UNTRACK, p))) {
-		e->start = e->end = bpf_ktime_get_ns();
+		e->start = e->end = now_ns();
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	}
 	return 0;
@@ -391,7 +403,7 @@ int BPF_PROG(account_dirty, struct folio *folio, struct address_space *mapping)
 	fk.dev = BPF_CORE_READ(host, i_sb, s_dev);
 	if (folio->flags.f & FLAG_PG_HEAD)
 		bytes = (__u64)folio->_nr_pages * PAGE_BYTES;
-	now = bpf_ktime_get_ns();
+	now = now_ns();
 	d.pid = task->tgid;
 	d.tid = task->pid;
 	d.ts = now;
@@ -420,7 +432,7 @@ int BPF_PROG(account_wakeup, struct task_struct *p)
 		return 0;
 	ts = bpf_task_storage_get(&threads, p, 0, 0);
 	if (ts && ts->off_ts && !ts->wake_ts)
-		ts->wake_ts = bpf_ktime_get_ns();
+		ts->wake_ts = now_ns();
 	return 0;
 }
 
@@ -435,7 +447,7 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	if (prev->pid != 0 && is_tracked(prev->tgid)) {
 		ts = bpf_task_storage_get(&threads, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (ts) {
-			now = bpf_ktime_get_ns();
+			now = now_ns();
 			if (ts->on_ts && (e = begin(ACCT_CPU, prev))) {
 				e->start = ts->on_ts;
 				e->end = now;
@@ -462,7 +474,7 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 		ts = bpf_task_storage_get(&threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (ts) {
 			if (!now)
-				now = bpf_ktime_get_ns();
+				now = now_ns();
 			if (ts->off_ts && (e = begin(ACCT_OFFCPU, next))) {
 				e->start = ts->off_ts;
 				e->end = now;
@@ -542,7 +554,7 @@ static __always_inline void io_submitted(struct request *rq)
 	}
 	if (bpf_map_lookup_elem(&io_inflight, &key))
 		return; /* inserted, now issued: the submitter was seen at insertion */
-	io.ts = bpf_ktime_get_ns();
+	io.ts = now_ns();
 	io.bytes = rq->__data_len;
 	io.dev = rq->part ? rq->part->bd_dev : 0;
 	if (bpf_map_update_elem(&io_inflight, &key, &io, BPF_NOEXIST) != 0) {
@@ -594,7 +606,7 @@ int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsign
 	e->tid = io->tid;
 	e->state = io->op;
 	e->start = io->ts;
-	e->end = bpf_ktime_get_ns();
+	e->end = now_ns();
 	e->site = io->dev;
 	e->bytes = io->bytes;
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);

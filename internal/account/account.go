@@ -445,7 +445,7 @@ type heldRow struct {
 // flush drains the ring buffer and commits its intervals.
 func (a *Accountant) flush() error {
 	now := time.Now().UnixNano()
-	offset := clock.MonoToWall()
+	offset := clock.TAIToWall() // the programs read the TAI clock
 	var rows, out []store.ThreadActivity
 	var sum summary
 	var rec ringbuf.Record

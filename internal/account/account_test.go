@@ -451,3 +451,66 @@ func TestSummarizesAndKeepsRecentExact(t *testing.T) {
 		t.Errorf("forgotten activity answered from memory")
 	}
 }
+
+// stepWallClock moves the system's wall clock by d, as a virtual machine's
+// clock being set does.
+func stepWallClock(t *testing.T, d time.Duration) {
+	t.Helper()
+	tv := unix.NsecToTimeval(time.Now().Add(d).UnixNano())
+	if err := unix.Settimeofday(&tv); err != nil {
+		t.Fatalf("step the wall clock by %v: %v", d, err)
+	}
+}
+
+// A step of the wall clock between a thread's CPU burst and the flush that
+// reads it does not shift the burst: the programs read the TAI clock,
+// which the step moves too, so the burst stays where the thread's own wall
+// clock put it, and a span around it is charged the burst.
+func TestWallClockStepDoesNotShiftIntervals(t *testing.T) {
+	testutil.RequireRoot(t)
+	a, stop := startAccountant(t, Options{Host: "h", Write: func(context.Context, []store.ThreadActivity) error { return nil },
+		FlushEvery: time.Hour, Recent: time.Minute})
+	pid := uint32(os.Getpid())
+	if err := a.Track(pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var r struct {
+		tid    int
+		t0, t1 int64
+		cpu    time.Duration
+	}
+	done := make(chan bool)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		r.tid, r.t0 = unix.Gettid(), time.Now().UnixNano()
+		c0 := threadCPU()
+		for threadCPU()-c0 < 100*time.Millisecond {
+		}
+		r.cpu = threadCPU() - c0
+		r.t1 = time.Now().UnixNano()
+		time.Sleep(20 * time.Millisecond) // off the CPU: the burst's last interval ends
+		done <- true
+	}()
+	<-done
+	const step = 400 * time.Millisecond
+	stepWallClock(t, step)
+	defer stepWallClock(t, -step)
+	stop() // the one flush, after the step
+
+	acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+	if !ok {
+		t.Fatalf("no recent activity of thread %d in memory", r.tid)
+	}
+	var cpu time.Duration
+	for _, x := range acts {
+		if x.Kind == "cpu" {
+			cpu += time.Duration(max(0, min(x.EndNs, r.t1)-max(x.StartNs, r.t0)))
+		}
+	}
+	t.Logf("thread %d burnt %v; after a %v step of the wall clock, %v of on-CPU time found in its burst's time", r.tid, r.cpu, step, cpu)
+	if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.25 {
+		t.Errorf("%v of on-CPU time in the burst's time, want the %v burnt (-10%%, +25%%)", cpu, r.cpu)
+	}
+}

@@ -1,5 +1,5 @@
-// Package clock converts the kernel's monotonic timestamps (what BPF's
-// bpf_ktime_get_ns returns) to wall-clock time.
+// Package clock converts the kernel's timestamps (what BPF's
+// bpf_ktime_get_ns and bpf_ktime_get_tai_ns return) to wall-clock time.
 package clock
 
 import (
@@ -30,4 +30,16 @@ func mono() int64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
+}
+
+// TAIToWall is what to add to a CLOCK_TAI time in nanoseconds (what BPF's
+// bpf_ktime_get_tai_ns returns) to get Unix nanoseconds. TAI is the wall
+// clock plus a whole number of seconds that changes only with a leap
+// second, so the conversion does not depend on when it is made: a step of
+// the wall clock moves both.
+func TAIToWall() int64 {
+	var tai, wall unix.Timespec
+	unix.ClockGettime(unix.CLOCK_TAI, &tai)
+	unix.ClockGettime(unix.CLOCK_REALTIME, &wall)
+	return int64(time.Duration(wall.Nano() - tai.Nano()).Round(time.Second))
 }
