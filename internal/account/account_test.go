@@ -175,6 +175,26 @@ func startAccountant(t *testing.T, opts Options) (a *Accountant, stop func()) {
 	return a, func() { cancel(); <-done }
 }
 
+// accountSelf runs an accountant tracking the test's own process, and
+// returns it, what stops it and the pid.
+func accountSelf(t *testing.T, opts Options) (a *Accountant, stop func(), pid uint32) {
+	t.Helper()
+	a, stop = startAccountant(t, opts)
+	pid = uint32(os.Getpid())
+	if err := a.Track(pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	return a, stop, pid
+}
+
+// burst is a run of CPU one thread burnt, from t0 to t1 (wall ns).
+type burst struct {
+	tid    int
+	t0, t1 int64
+	cpu    time.Duration
+}
+
 func inode(t *testing.T, path string) int64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -363,19 +383,10 @@ func TestHoldsThreadsUntilASpanNamesThem(t *testing.T) {
 func TestSummarizesAndKeepsRecentExact(t *testing.T) {
 	testutil.RequireRoot(t)
 	st := openStore(t)
-	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+	a, stop, pid := accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
 		Recent: time.Minute, Summarize: true})
-	pid := uint32(os.Getpid())
-	if err := a.Track(pid); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
 	// 5 ms bursts between short sleeps, on one thread.
-	var r struct {
-		tid    int
-		t0, t1 int64
-		cpu    time.Duration
-	}
+	var r burst
 	done := make(chan bool)
 	go func() {
 		runtime.LockOSThread()
@@ -468,18 +479,9 @@ func stepWallClock(t *testing.T, d time.Duration) {
 // clock put it, and a span around it is charged the burst.
 func TestWallClockStepDoesNotShiftIntervals(t *testing.T) {
 	testutil.RequireRoot(t)
-	a, stop := startAccountant(t, Options{Host: "h", Write: func(context.Context, []store.ThreadActivity) error { return nil },
+	a, stop, pid := accountSelf(t, Options{Host: "h", Write: func(context.Context, []store.ThreadActivity) error { return nil },
 		FlushEvery: time.Hour, Recent: time.Minute})
-	pid := uint32(os.Getpid())
-	if err := a.Track(pid); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	var r struct {
-		tid    int
-		t0, t1 int64
-		cpu    time.Duration
-	}
+	var r burst
 	done := make(chan bool)
 	go func() {
 		runtime.LockOSThread()
