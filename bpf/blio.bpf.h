@@ -185,7 +185,7 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 		v.gen = io->gen;
 		v.copy = ctl->gen & 1;
 		v.est = io->est;
-		s = sample_begin(&v, VITAL_BLIO, io->pid, io->site, io->label_w2, io->bytes, now);
+		s = sample_begin(&v, VITAL_BLIO, io->pid, io->site, io->label_w2, io->bytes);
 		if (s) {
 			s->pid = io->pid;
 			s->tid = io->tid;

@@ -15,7 +15,7 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct verdict v;
 	struct hl_sample *s;
-	__u64 ip, who, now;
+	__u64 ip, who;
 	__u32 weight, pid = bpf_get_current_pid_tgid() >> 32;
 
 	if (!record_current(ctl, VITAL_CPU) || pid == 0) /* the idle task is not CPU use */
@@ -29,8 +29,7 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	if (!sketch_update(ctl, VITAL_CPU, ip & ~0xffULL, 0, who, weight, &v) || !v.sampled)
 		return 0;
 
-	now = bpf_ktime_get_ns();
-	s = sample_begin(&v, VITAL_CPU, ip & ~0xffULL, 0, who, weight, now);
+	s = sample_begin(&v, VITAL_CPU, ip & ~0xffULL, 0, who, weight);
 	if (!s)
 		return 0;
 	ident_from_task(s, task);

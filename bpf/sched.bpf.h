@@ -68,7 +68,7 @@ static __always_inline __u32 us_weight(__u64 ns)
 static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 					   struct task_struct *task,
 					   struct task_state *ts,
-					   __u64 interval_ns, __u64 f3, __u64 now)
+					   __u64 interval_ns, __u64 f3)
 {
 	__u32 tid = BPF_CORE_READ(task, pid);
 	__u32 uid = BPF_CORE_READ(task, cred, uid.val);
@@ -80,7 +80,7 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 
 	if (!sketch_update(ctl, vital, tid, site, who, weight, &v) || !v.sampled)
 		return;
-	s = sample_begin(&v, vital, tid, site, who, weight, now);
+	s = sample_begin(&v, vital, tid, site, who, weight);
 	if (!s)
 		return;
 	ident_from_task(s, task);
@@ -194,9 +194,9 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 		ts->sleep_ts = 0;
 	}
 	if (ts->blocked_ns >= ctl->blck_min_ns && ts->blocked_ns && vital_enabled(ctl, VITAL_BLCK))
-		emit_switch_in(ctl, VITAL_BLCK, next, ts, ts->blocked_ns, ts->sleep_state, now);
+		emit_switch_in(ctl, VITAL_BLCK, next, ts, ts->blocked_ns, ts->sleep_state);
 	if (ts->runnable_ts && now - ts->runnable_ts >= ctl->sched_min_ns && vital_enabled(ctl, VITAL_SCHED))
-		emit_switch_in(ctl, VITAL_SCHED, next, ts, now - ts->runnable_ts, ts->preempted, now);
+		emit_switch_in(ctl, VITAL_SCHED, next, ts, now - ts->runnable_ts, ts->preempted);
 	ts->blocked_ns = 0;
 	ts->runnable_ts = 0;
 	return 0;

@@ -325,10 +325,13 @@ static __always_inline struct hl_stats *stats_of(__u32 copy, __u32 vital)
 }
 
 /* Reserve a sample record and fill the parts common to every vital except
- * the identity of the task it is charged to (see ident_from_task). */
+ * the identity of the task it is charged to (see ident_from_task). Its time
+ * is read on the TAI clock, the wall clock plus whole seconds: converted
+ * later, a monotonic time would be shifted by a step of the wall clock in
+ * between, against the spans it is joined with. */
 static __always_inline struct hl_sample *sample_begin(struct verdict *v, __u32 vital,
 						   __u64 w0, __u64 w1, __u64 w2,
-						   __u32 weight, __u64 now)
+						   __u32 weight)
 {
 	struct hl_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
 	struct hl_stats *st = stats_of(v->copy, vital);
@@ -343,7 +346,7 @@ static __always_inline struct hl_sample *sample_begin(struct verdict *v, __u32 v
 	s->kind = RECORD_SAMPLE;
 	s->vital = vital;
 	s->gen = v->gen;
-	s->ts = now;
+	s->ts = bpf_ktime_get_tai_ns();
 	s->label = label_hash(0, w0, w1, w2);
 	s->weight = weight;
 	s->est = v->est;
@@ -417,7 +420,7 @@ static __always_inline struct hl_sample *current_event_add(void *ctx, struct hl_
 
 	if (!sketch_add(ctl, vital, w0, w1, w2, weight, counted, v) || !v->sampled)
 		return NULL;
-	s = sample_begin(v, vital, w0, w1, w2, weight, bpf_ktime_get_ns());
+	s = sample_begin(v, vital, w0, w1, w2, weight);
 	if (!s)
 		return NULL;
 	ident_from_task(s, task);

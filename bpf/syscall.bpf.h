@@ -41,7 +41,7 @@ static __always_inline void sys_last_call(void *ctx, struct hl_control *ctl, str
 
 	if (!sketch_update(ctl, VITAL_SYSCALL, task->tgid, id, who, 1, &v))
 		return;
-	s = sample_begin(&v, VITAL_SYSCALL, task->tgid, id, who, 1, bpf_ktime_get_ns());
+	s = sample_begin(&v, VITAL_SYSCALL, task->tgid, id, who, 1);
 	if (!s)
 		return;
 	ident_from_task(s, task);

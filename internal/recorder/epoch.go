@@ -30,24 +30,24 @@ type epochState struct {
 	gen    uint64
 	number int64
 	start  time.Time
-	// monoToWall converts the kernel's monotonic sample times to UTC.
-	monoToWall int64
-	bpfNs      int64
-	userNs     int64
-	samples    []store.Sample
-	stacks     map[uint64]store.Stack
-	exes       map[string]store.Executable
-	result     *store.Epoch
+	// taiToWall converts the kernel's sample times (TAI) to UTC.
+	taiToWall int64
+	bpfNs     int64
+	userNs    int64
+	samples   []store.Sample
+	stacks    map[uint64]store.Stack
+	exes      map[string]store.Executable
+	result    *store.Epoch
 }
 
 func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochState {
 	return &epochState{
 		gen: gen, number: number, start: start,
-		monoToWall: clock.MonoToWall(),
-		bpfNs:      r.bpfRunTime(),
-		userNs:     userCPUTime(),
-		stacks:     map[uint64]store.Stack{},
-		exes:       map[string]store.Executable{},
+		taiToWall: clock.TAIToWall(),
+		bpfNs:     r.bpfRunTime(),
+		userNs:    userCPUTime(),
+		stacks:    map[uint64]store.Stack{},
+		exes:      map[string]store.Executable{},
 	}
 }
 
@@ -216,7 +216,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	v := Vital(s.Vital)
 	out := store.Sample{
-		TsNs:      int64(s.Ts) + ep.monoToWall,
+		TsNs:      int64(s.Ts) + ep.taiToWall,
 		Vital:     v.String(),
 		LabelHash: s.Label,
 		Weight:    uint64(s.Weight),
