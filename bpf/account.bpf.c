@@ -67,7 +67,7 @@ struct acct_event {
 	__u32 pid;          /* tgid */
 	__u32 tid;
 	__u32 state;        /* offcpu: task state at switch-out, 0 preempted; io: op */
-	__u64 start;        /* kernel monotonic ns */
+	__u64 start;        /* TAI ns (now_ns) */
 	__u64 end;
 	__u64 wake;         /* offcpu: woken at, 0 if preempted or not seen;
 	                       writeback: when the thread last dirtied the file */
