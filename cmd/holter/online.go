@@ -28,8 +28,8 @@ import (
 //     "reference-drift" finding is stored with the top metrics.
 //
 // It runs off the commit path, in a goroutine of its own: committing an
-// epoch only notes it. Its CPU time is the recorder's fixed cost, as it was
-// when it ran in the commit, so the budget does not shed vitals for it. Its cost is the recorder's own, so each run reads
+// epoch only notes it. Its CPU time is the recorder's, but not the
+// vitals': the budget does not shed vitals for it. Its cost is the recorder's own, so each run reads
 // only what is new: the filters' short history, and for the drift check
 // the target's metrics, the reference's being kept from earlier checks.
 //
@@ -47,9 +47,6 @@ type online struct {
 	epoch  time.Duration
 	status func() recorder.Status
 	logf   func(string, ...any)
-	// fixed runs an analysis, counting its CPU time as the recorder's
-	// fixed cost (recorder.Recorder.Fixed).
-	fixed func(func())
 
 	mu sync.Mutex
 	// latest is the newest committed epoch; pendingNs the start of the
@@ -66,8 +63,8 @@ type online struct {
 	last      time.Time
 }
 
-func newOnline(st *store.Store, epoch time.Duration, status func() recorder.Status, fixed func(func()), logf func(string, ...any)) *online {
-	o := &online{st: st, epoch: epoch, status: status, fixed: fixed, logf: logf,
+func newOnline(st *store.Store, epoch time.Duration, status func() recorder.Status, logf func(string, ...any)) *online {
+	o := &online{st: st, epoch: epoch, status: status, logf: logf,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go o.run()
 	return o
@@ -118,7 +115,7 @@ func (o *online) run() {
 			continue
 		}
 		o.last = time.Now()
-		o.fixed(func() { o.analyse(e, from) })
+		o.analyse(e, from)
 	}
 }
 

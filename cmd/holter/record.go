@@ -224,7 +224,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	var lastPrune time.Time
 	var online *online
 	if *analyse {
-		online = newOnline(st, *epoch, rec.Status, rec.Fixed, logf)
+		online = newOnline(st, *epoch, rec.Status, logf)
 		defer online.close()
 	}
 	return rec.Run(ctx, func(e *store.Epoch) error {

@@ -7,12 +7,13 @@ import (
 
 // The CPU budget (Chopstix §4.1.3). The operator sets how much of the
 // machine the monitor may use. At each epoch boundary the recorder charges
-// its measured cost — the run time of each vital's BPF programs, and its
-// own user-space time shared out by samples — to the vitals, and adapts.
-// User-space work that thresholds cannot reduce (committing the epoch,
-// loading programs) is measured apart and left out of these decisions,
-// though the stored monitor cost includes it; so is the first epoch, which
-// pays for warming the symbol caches.
+// its measured cost — the run time of each vital's BPF programs, and the
+// CPU time of its epoch loop (reading, symbolising and closing samples)
+// shared out by samples — to the vitals, and adapts. The process's other
+// work, which no threshold reduces (committing epochs, attaching programs,
+// receiving and accounting spans, analyses, the API), is left out of these
+// decisions, though the stored monitor cost includes it; so is the first
+// epoch, which pays for warming the symbol caches.
 //
 //   - at or over the high watermark (the budget), every vital costing at
 //     least its share of the budget has its threshold t doubled, which
@@ -135,7 +136,7 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 			b.shift[v] = r.cfg.Shift // a retried vital starts afresh
 			before := threadCPUTime()
 			err := r.attachLocked(v)
-			r.fixedNs.Add(threadCPUTime() - before)
+			r.attachNs += threadCPUTime() - before // on the epoch loop's thread
 			if err == nil {
 				b.probation[v] = time.Now()
 				b.lastRun[v] = 0

@@ -34,10 +34,13 @@ type epochState struct {
 	taiToWall int64
 	bpfNs     int64
 	userNs    int64
-	samples   []store.Sample
-	stacks    map[uint64]store.Stack
-	exes      map[string]store.Executable
-	result    *store.Epoch
+	// loopNs is the epoch loop thread's CPU time: reading, symbolising
+	// and closing epochs, the user-space work the vitals' samples cause.
+	loopNs  int64
+	samples []store.Sample
+	stacks  map[uint64]store.Stack
+	exes    map[string]store.Executable
+	result  *store.Epoch
 }
 
 func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochState {
@@ -46,6 +49,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 		taiToWall: clock.TAIToWall(),
 		bpfNs:     r.bpfRunTime(),
 		userNs:    userCPUTime(),
+		loopNs:    threadCPUTime(), // newEpoch runs on the epoch loop's thread
 		stacks:    map[uint64]store.Stack{},
 		exes:      map[string]store.Executable{},
 	}
@@ -140,7 +144,13 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 			samples[v], events[v] = sv.Samples, sv.Events
 		}
 	}
-	variableNs := max(res.MonitorUserNs-r.fixedNs.Swap(0), 0)
+	// The budget answers for what the vitals cost: their programs, and the
+	// epoch loop's work on their samples, less the attaching it did. The
+	// process's other work — committing epochs, receiving and accounting
+	// spans, analyses, the API — is the monitor's cost too (MonitorUserNs)
+	// but no threshold reduces it, so it must not shed vitals.
+	variableNs := max(next.loopNs-ep.loopNs-r.attachNs, 0)
+	r.attachNs = 0
 	for _, change := range r.adapt(ep.number, end.Sub(ep.start), variableNs, samples, events) {
 		r.cfg.Logf("budget: %s", change)
 	}

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -167,10 +166,9 @@ type Recorder struct {
 	// boosted are the processes whose block requests are all sampled
 	// (boost.go).
 	boosted map[uint32]bool
-	// fixedNs is CPU time since the last epoch boundary spent on work that
-	// thresholds cannot reduce: committing, attaching programs. The
-	// committer adds to it from its own thread.
-	fixedNs atomic.Int64
+	// attachNs is the epoch loop's CPU time since the last epoch boundary
+	// spent attaching programs, which thresholds cannot reduce.
+	attachNs int64
 	// retiredRun is the run time of programs since detached, so the
 	// monitor's measured BPF time never goes backwards.
 	retiredRun time.Duration
@@ -423,18 +421,6 @@ func (r *Recorder) detachLocked(v Vital) error {
 	return err
 }
 
-// Fixed runs f on the calling goroutine, locked to its thread, and counts
-// the thread's CPU time as the monitor's fixed cost, like committing an
-// epoch: work the thresholds cannot reduce (the online analysis), which
-// the budget must not answer by shedding vitals.
-func (r *Recorder) Fixed(f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	before := threadCPUTime()
-	f()
-	r.fixedNs.Add(threadCPUTime() - before)
-}
-
 // Status returns a snapshot of what is being recorded.
 func (r *Recorder) Status() Status {
 	r.mu.Lock()
@@ -464,9 +450,9 @@ func (r *Recorder) Close() error {
 // The epoch in progress when ctx ends is finished and handed over too. An
 // error from sink stops the recorder.
 func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error {
-	// The epoch loop stays on one thread so that the CPU time of work that
-	// does not scale with events — attaching programs — can be measured
-	// apart (threadCPUTime) and left out of the budget's decisions.
+	// The epoch loop stays on one thread so that its CPU time, the
+	// vitals' user-space cost, can be measured (threadCPUTime) apart from
+	// the rest of the process, and attaching programs apart from it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	done := make(chan struct{})
@@ -541,16 +527,12 @@ func (r *Recorder) startCommitter(sink func(*store.Epoch) error) *committer {
 	c := &committer{queue: make(chan *store.Epoch, 2), finished: make(chan struct{})}
 	go func() {
 		defer close(c.finished)
-		runtime.LockOSThread() // threadCPUTime measures this thread
-		defer runtime.UnlockOSThread()
 		failures := 0
 		for e := range c.queue {
 			if failures >= maxSinkFailures {
 				continue // stopping: Run returns the error
 			}
-			before := threadCPUTime()
 			err := sink(e)
-			r.fixedNs.Add(threadCPUTime() - before)
 			if err == nil {
 				failures = 0
 				r.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -388,5 +389,69 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 	}
 	if st := rec.Status(); st.Vitals[Syscall].State != "recording" {
 		t.Errorf("syscall is %s after the storm: %s", st.Vitals[Syscall].State, st.Vitals[Syscall].Reason)
+	}
+}
+
+// TestBudgetLeavesOutTheProcessOtherWork: the recorder's process does more
+// than record vitals (receiving and accounting spans, analyses, the API);
+// that work costs what it costs whatever the thresholds, so it must not
+// raise them or shed vitals. Here a goroutine of the process burns a
+// quarter of a CPU, 12% of a two-CPU machine against a 1% budget, while
+// the machine is otherwise quiet: no threshold moves.
+func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
+	testutil.RequireRoot(t)
+	var mu sync.Mutex
+	var changes []string
+	rec, err := New(Config{Epoch: time.Second, Budget: 0.01, Logf: func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		if strings.HasPrefix(line, "budget:") {
+			mu.Lock()
+			changes = append(changes, line)
+			mu.Unlock()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var user []float64
+	go func() {
+		done <- rec.Run(ctx, func(e *store.Epoch) error {
+			mu.Lock()
+			user = append(user, float64(e.MonitorUserNs)/float64(e.EndNs-e.StartNs))
+			mu.Unlock()
+			return nil
+		})
+	}()
+	burning := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-burning:
+				return
+			default:
+			}
+			for t0 := time.Now(); time.Since(t0) < 25*time.Millisecond; {
+			}
+			time.Sleep(75 * time.Millisecond)
+		}
+	}()
+	time.Sleep(6 * time.Second)
+	close(burning)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("the process's CPU per epoch, as a share of one CPU: %.2f", user)
+	if len(user) < 4 {
+		t.Fatalf("%d epochs in 6 s of 1 s epochs", len(user))
+	}
+	if len(changes) > 0 {
+		t.Errorf("the budget answered work that is not the vitals': %q", changes)
 	}
 }
