@@ -37,6 +37,13 @@
 # ACCOUNT=exe (default) accounts the demo from exec, ACCOUNT=spans from its
 # first spans (the warm-up), ACCOUNT=off not at all (tracing alone).
 #
+# SETTLE=SECONDS keeps every run under load that much longer before its
+# measured requests: the recorder's CPU budget adapts at epoch boundaries
+# (after the first epoch, at most a step an epoch), so a short run measures
+# a recorder that has not yet raised thresholds or shed vitals it cannot
+# afford; e.g. SETTLE=70 HOLTER_ARGS="--epoch 20s" measures the steady
+# state after three epochs. In "on" runs it prints the budget's decisions.
+#
 # HOLTER_BASE=PATH (a holter binary, e.g. an older commit's) adds a third
 # run to each round, "base", that binary as the recorder, in rotating
 # order with the other two: a before/after comparison in the same
@@ -50,6 +57,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; stop_recorder; rm -rf "$work"' EXIT
 ROUNDS=${ROUNDS:-9}
 REQUESTS=${REQUESTS:-3000}
 WARMUP=${WARMUP:-300}
+SETTLE=${SETTLE:-0}
 CONC=${CONC:-4}
 BURN=${BURN:-2ms}
 SERVICE_CPUS=${SERVICE_CPUS:-0}
@@ -136,6 +144,15 @@ run() {
 	pids+=($!)
 	for a in "$storage" "$middle" "$front"; do wait_port "$a"; done
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null
+	if ((SETTLE > 0)); then
+		# Under load for SETTLE s more, in every mode alike, so that the
+		# recorder's budget has adapted by the measured requests.
+		taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests 1000000000 -concurrency "$CONC" "${otlp[@]}" >/dev/null &
+		local settler=$!
+		sleep "$SETTLE"
+		kill "$settler"
+		wait "$settler" 2>/dev/null || true
+	fi
 	local before after cpu0=0 svc0=0 svc1=0 p others
 	[ "$mode" != off ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
 	others=$(other_tracers "$rec")
@@ -163,6 +180,7 @@ run() {
 	wait "${pids[@]}" 2>/dev/null || true
 	if [ "$mode" != off ]; then
 		stop_recorder
+		grep -h 'budget:' "$work/data.log" | sed 's/^/    /' >&2 || true
 		"$work/holter" query --data "$work/data" --format csv "SELECT (SELECT count(*) FROM thread_activity),
 			(SELECT count(DISTINCT trace_id) FROM spans), (SELECT count(*) FROM span_accounting WHERE accounted)" |
 			awk -F, 'NR == 2 && $2 > 0 {printf "    store: %d thread_activity rows for %d requests (%.1f per request), %d spans accounted\n", $1, $2, $1 / $2, $3}' >&2
@@ -174,7 +192,7 @@ run() {
 		"$(awk -v c="$((svc1 - svc0))" -v r="$reccpu" -v hz="$hz" -v n="$REQUESTS" 'BEGIN{printf "%.4f %.4f", 1000*c/hz/n, 1000*r/hz/n}') $others"
 }
 
-echo "demo system: $REQUESTS requests per run after $WARMUP, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
+echo "demo system: $REQUESTS requests per run after $WARMUP and ${SETTLE} s more of load, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
 ratios=() svcratios=() costratios=() clean=() baseratios=() onbase=() onbasecpu=()
 declare -A rate lb la svc reccpu others
