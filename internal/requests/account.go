@@ -56,24 +56,46 @@ const RecentLookback = 10 * 1_000_000_000
 
 // pendingSpans selects the spans received after the given time that name a
 // thread, ended before the given limit and are not charged yet (%[1]d the
-// limit, %[2]d the time). Only the charges committed since the earliest
-// of them are looked at: a span's charge is committed after the span (its
-// commit_seq is greater), and the charges of all time would make every
-// pass cost with the store's age. Spans stored before commit numbers
-// existed (NULL) are looked up among all charges.
-const pendingSpans = `WITH s AS (SELECT trace_id, span_id, host, pid, tid, start_ns, end_ns, commit_seq FROM spans
-		WHERE tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %[1]d AND received_ns > %[2]d),
-	lo AS (SELECT CASE WHEN count(*) FILTER (WHERE commit_seq IS NULL) > 0 THEN NULL ELSE min(commit_seq) END AS seq FROM s)
-	SELECT s.* FROM s ANTI JOIN (SELECT a.trace_id, a.span_id FROM span_accounting a, lo
-		WHERE lo.seq IS NULL OR a.commit_seq IS NULL OR a.commit_seq >= lo.seq) a USING (trace_id, span_id)`
+// limit, %[2]d the time, %[3]s which charges to look at). Only the charges
+// committed since the earliest of those spans are looked at: a span's
+// charge is committed after the span (its commit_seq is greater), and the
+// charges of all time would make every pass cost with the store's age.
+// The bound is a constant (pendingSeq), so the scan skips older blocks.
+const pendingSpans = `SELECT s.trace_id, s.span_id, s.host, s.pid, s.tid, s.start_ns, s.end_ns
+	FROM (SELECT trace_id, span_id, host, pid, tid, start_ns, end_ns FROM spans
+		WHERE tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %[1]d AND received_ns > %[2]d) s
+	ANTI JOIN (SELECT trace_id, span_id FROM span_accounting WHERE %[3]s) a USING (trace_id, span_id)
+	ORDER BY s.host, s.pid, s.tid, s.start_ns`
+
+// pendingSeq is the filter on charges for pendingSpans: those committed
+// since the earliest span received after since that names a thread and
+// ended before limit; "" when there is no such span. Spans stored before
+// commit numbers existed (NULL) are looked up among all charges.
+func pendingSeq(ctx context.Context, st *store.Store, limit, since int64) (string, error) {
+	r, err := st.Query(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE commit_seq IS NULL), coalesce(min(commit_seq), 0)
+		FROM spans WHERE tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %d AND received_ns > %d`, limit, since))
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case i64(r.Rows[0][0]) == 0:
+		return "", nil
+	case i64(r.Rows[0][1]) > 0:
+		return "true", nil
+	}
+	return fmt.Sprintf("commit_seq >= %d OR commit_seq IS NULL", i64(r.Rows[0][2])), nil
+}
 
 // AccountRecent is Account over the spans received in the last lookback
 // ns: the pass's queries cost with what they look back over.
 func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, lookback int64) (int, error) {
 	lookback = min(lookback, accountLookback)
 	limit := tr.Watermark() - AccountGrace
-	pending, err := st.Query(ctx, fmt.Sprintf(`SELECT p.trace_id, p.span_id, p.host, p.pid, p.tid, p.start_ns, p.end_ns
-		FROM (`+pendingSpans+`) p ORDER BY p.host, p.pid, p.tid, p.start_ns`, limit, nowNs-lookback))
+	seq, err := pendingSeq(ctx, st, limit, nowNs-lookback)
+	if err != nil || seq == "" {
+		return 0, err
+	}
+	pending, err := st.Query(ctx, fmt.Sprintf(pendingSpans, limit, nowNs-lookback, seq))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
@@ -100,15 +122,13 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 	// The activity of every pending thread over its spans' time, from
 	// memory where the tracker keeps it, else from the store; and the
 	// children on the same thread. Each query is one for all threads.
-	window := fmt.Sprintf(`SELECT p.host, p.pid, p.tid, min(p.start_ns) AS lo, max(p.end_ns) AS hi
-		FROM (`+pendingSpans+`) p GROUP BY ALL`, limit, nowNs-lookback)
 	// Constant bounds too, so the scan skips the table's older blocks.
 	lo, hi := i64(pending.Rows[0][5]), i64(pending.Rows[0][6])
 	for _, r := range pending.Rows {
 		lo, hi = min(lo, i64(r[5])), max(hi, i64(r[6]))
 	}
 	activity := map[key][]store.ThreadActivity{}
-	var threads, fromStore []string
+	var threads, fromStore, windows []string
 	recent, _ := tr.(RecentActivity)
 	for _, k := range order {
 		thread := fmt.Sprintf("('%s', %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid)
@@ -125,15 +145,16 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 			}
 		}
 		fromStore = append(fromStore, thread)
+		windows = append(windows, fmt.Sprintf("(%s, %d, %d)", thread[1:len(thread)-1], tlo, thi))
 	}
 	if len(fromStore) > 0 {
-		acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (`+window+`)
+		acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (SELECT * FROM (VALUES %s) w(host, pid, tid, lo, hi))
 			SELECT t.host, t.pid, t.tid, t.kind, t.start_ns, t.end_ns, coalesce(t.wake_ns, 0), t.kstack, coalesce(t.bytes, 0),
 				coalesce(t.ns, 0)
 			FROM thread_activity t JOIN w ON t.host = w.host AND t.pid = w.pid AND t.tid = w.tid
 			WHERE t.end_ns >= w.lo AND t.start_ns < w.hi AND t.end_ns >= %d AND t.start_ns < %d
 				AND (t.host, t.pid, t.tid) IN (%s)
-			ORDER BY t.host, t.pid, t.tid, t.start_ns`, lo, hi, strings.Join(fromStore, ", ")))
+			ORDER BY t.host, t.pid, t.tid, t.start_ns`, strings.Join(windows, ", "), lo, hi, strings.Join(fromStore, ", ")))
 		if err != nil {
 			return 0, fmt.Errorf("account spans: %w", err)
 		}
