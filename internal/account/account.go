@@ -129,6 +129,8 @@ type Accountant struct {
 	// recentN in all.
 	recent  map[[2]uint32]*recentThread
 	recentN int
+	// reading: the threads the flush in progress read intervals of.
+	reading []*recentThread
 	// stackIDs interns kernel stacks (raw addresses) as stackNames
 	// indices; stackNames[0] is none.
 	stackIDs   map[string]uint32
@@ -482,6 +484,7 @@ func (a *Accountant) flush() error {
 			rows = append(rows, a.activity(&e, offset))
 		}
 	}
+	a.readDone(time.Now().UnixNano())
 	var committed uint64
 	for i := range rows {
 		a.commitOrHold(&rows[i], 1, now, &out, &committed)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"runtime"
 	"strconv"
 	"testing"
@@ -515,4 +516,50 @@ func TestWallClockStepDoesNotShiftIntervals(t *testing.T) {
 	if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.25 {
 		t.Errorf("%v of on-CPU time in the burst's time, want the %v burnt (-10%%, +25%%)", cpu, r.cpu)
 	}
+}
+
+// Activity skips the flushes that were done before the time asked about,
+// yet finds an interval read late (dirtied pages end when the thread last
+// dirtied, read when it leaves the CPU), and keeps doing so once older
+// intervals are forgotten.
+func TestActivitySkipsEarlierReads(t *testing.T) {
+	a := &Accountant{opts: Options{Host: "h", Recent: time.Minute}, recent: map[[2]uint32]*recentThread{},
+		since: map[uint32]int64{1: 0}, stackNames: [][]string{nil}}
+	th := [2]uint32{1, 2}
+	read := func(done int64, kind uint32, spans ...[2]uint64) {
+		for _, s := range spans {
+			a.remember(th, &accountAcctEvent{Kind: kind, Pid: 1, Tid: 2, Start: s[0], End: s[1]}, 0)
+		}
+		a.readDone(done)
+	}
+	read(150, kindCPU, [2]uint64{100, 110}, [2]uint64{120, 140})
+	read(250, kindCPU, [2]uint64{160, 200}, [2]uint64{210, 240})
+	read(350, kindDirty, [2]uint64{105, 180})
+	read(350, kindCPU, [2]uint64{260, 300})
+	got := func(lo, hi int64) (out []int64) {
+		acts, ok := a.Activity("h", 1, 2, lo, hi)
+		if !ok {
+			t.Fatalf("activity %d..%d not in memory", lo, hi)
+		}
+		for _, x := range acts {
+			out = append(out, x.StartNs)
+		}
+		return out
+	}
+	check := func(lo, hi int64, want ...int64) {
+		t.Helper()
+		if g := got(lo, hi); !slices.Equal(g, want) {
+			t.Errorf("activity %d..%d starts at %v, want %v", lo, hi, g, want)
+		}
+	}
+	check(1, 400, 100, 105, 120, 160, 210, 260)
+	check(170, 400, 105, 160, 210, 260)
+	check(205, 400, 210, 260)
+	check(305, 400)
+	a.forgetRecent(150) // the first flush's two intervals
+	if n := len(a.recent[th].reads); n != 3 {
+		t.Errorf("%d reads kept after forgetting the first, want 3", n)
+	}
+	check(170, 400, 105, 160, 210, 260)
+	check(250, 400, 260)
 }

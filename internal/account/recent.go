@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sort"
 	"unsafe"
 
 	"github.com/holter-dev/holter/internal/store"
@@ -36,11 +37,20 @@ const (
 var recentKinds = [...]string{recentCPU: "cpu", recentRunnable: "runnable", recentBlocked: "blocked", recentIO: "io", recentDirty: "dirty"}
 
 // recentThread is one thread's intervals in the order they were read,
-// which is the order they ended, but for block I/O.
+// which is the order they ended, but for block I/O and dirtied pages.
 type recentThread struct {
 	intervals []recentInterval
+	// reads are where each flush that read some of them began in
+	// intervals: those a flush read ended before it had drained the ring,
+	// so a lookup skips the reads done before its time.
+	reads []recentRead
 	// from: intervals ending before it may have been forgotten.
 	from int64
+}
+
+type recentRead struct {
+	idx  int   // the read's first interval
+	done int64 // wall ns the flush had drained the ring; 0 while it drains
 }
 
 // remember keeps e, an interval of thread t; a.mu is held.
@@ -70,8 +80,21 @@ func (a *Accountant) remember(t [2]uint32, e *accountAcctEvent, offset int64) {
 		rt = &recentThread{}
 		a.recent[t] = rt
 	}
+	if n := len(rt.reads); n == 0 || rt.reads[n-1].done != 0 {
+		rt.reads = append(rt.reads, recentRead{idx: len(rt.intervals)})
+		a.reading = append(a.reading, rt)
+	}
 	rt.intervals = append(rt.intervals, r)
 	a.recentN++
+}
+
+// readDone marks the reads of the flush that drained the ring by done;
+// a.mu is held.
+func (a *Accountant) readDone(done int64) {
+	for _, rt := range a.reading {
+		rt.reads[len(rt.reads)-1].done = done
+	}
+	a.reading = a.reading[:0]
 }
 
 // maxRecent bounds the intervals kept in memory (40 bytes each): past it,
@@ -105,6 +128,14 @@ func (a *Accountant) forgetRecent(cut int64) {
 		if n > 0 {
 			// Moved to a new array as appends outgrow it.
 			rt.intervals = rt.intervals[n:]
+			k := 0 // reads wholly forgotten
+			for k+1 < len(rt.reads) && rt.reads[k+1].idx <= n {
+				k++
+			}
+			rt.reads = rt.reads[k:]
+			for i := range rt.reads {
+				rt.reads[i].idx = max(rt.reads[i].idx-n, 0)
+			}
 		}
 	}
 }
@@ -127,8 +158,20 @@ func (a *Accountant) Activity(host string, pid, tid uint32, lo, hi int64) ([]sto
 	if rt == nil || rt.from >= lo {
 		return nil, false
 	}
-	var out []store.ThreadActivity
-	for i := range rt.intervals {
+	// The first read that may hold an interval ending at lo or later.
+	j := sort.Search(len(rt.reads), func(j int) bool { return rt.reads[j].done == 0 || rt.reads[j].done >= lo })
+	first := len(rt.intervals)
+	if j < len(rt.reads) {
+		first = rt.reads[j].idx
+	}
+	n := 0
+	for i := first; i < len(rt.intervals); i++ {
+		if r := &rt.intervals[i]; r.end >= lo && r.start < hi {
+			n++
+		}
+	}
+	out := make([]store.ThreadActivity, 0, n)
+	for i := first; i < len(rt.intervals); i++ {
 		r := &rt.intervals[i]
 		if r.end < lo || r.start >= hi {
 			continue
