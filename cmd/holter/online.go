@@ -28,9 +28,9 @@ import (
 //     "reference-drift" finding is stored with the top metrics.
 //
 // It runs off the commit path, in a goroutine of its own: committing an
-// epoch only notes it. Its CPU time is the recorder's, but not the
-// vitals': the budget does not shed vitals for it. Its cost is the recorder's own, so each run reads
-// only what is new: the filters' short history, and for the drift check
+// epoch only notes it. Its CPU time is the recorder's but not the vitals',
+// so the budget does not shed vitals for it; to keep it small, each run
+// reads only what is new: the filters' short history, and for the drift check
 // the target's metrics, the reference's being kept from earlier checks.
 //
 // Failures are logged: analysis never stops the recording.
