@@ -395,14 +395,19 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 // TestBudgetLeavesOutTheProcessOtherWork: the recorder's process does more
 // than record vitals (receiving and accounting spans, analyses, the API);
 // that work costs what it costs whatever the thresholds, so it must not
-// raise them or shed vitals. Here a goroutine of the process burns a
-// quarter of a CPU, 12% of a two-CPU machine against a 1% budget, while
-// the machine is otherwise quiet: no threshold moves.
+// be charged to the vitals, raise their thresholds or shed them. Here a
+// goroutine of the process burns a quarter of a CPU, 12% of a two-CPU
+// machine against a 1% budget, while the machine is otherwise quiet: no
+// vital is shed, and none is charged 2% of the machine. (Charged that
+// work, each was charged 1.3-5.3% and five were shed within 6 s.) The
+// vitals' own cost may still move a threshold a step.
 func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 	testutil.RequireRoot(t)
 	var mu sync.Mutex
 	var changes []string
-	rec, err := New(Config{Epoch: time.Second, Budget: 0.01, Logf: func(format string, args ...any) {
+	// Two-second epochs, as in TestBudgetUnderSyscallStorm: at one second
+	// closing an epoch alone is a sizeable part of a 1% budget.
+	rec, err := New(Config{Epoch: 2 * time.Second, Budget: 0.01, Logf: func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
 		t.Log(line)
 		if strings.HasPrefix(line, "budget:") {
@@ -439,7 +444,7 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 			time.Sleep(75 * time.Millisecond)
 		}
 	}()
-	time.Sleep(6 * time.Second)
+	time.Sleep(9 * time.Second)
 	close(burning)
 	stop()
 	if err := <-done; err != nil {
@@ -449,9 +454,16 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("the process's CPU per epoch, as a share of one CPU: %.2f", user)
 	if len(user) < 4 {
-		t.Fatalf("%d epochs in 6 s of 1 s epochs", len(user))
+		t.Fatalf("%d epochs in 9 s of 2 s epochs", len(user))
 	}
-	if len(changes) > 0 {
-		t.Errorf("the budget answered work that is not the vitals': %q", changes)
+	for _, c := range changes {
+		var pct float64
+		if strings.Contains(c, " shed") {
+			t.Errorf("a vital was shed: %s", c)
+		} else if i := strings.Index(c, "("); i >= 0 {
+			if _, err := fmt.Sscanf(c[i:], "(%g%%", &pct); err == nil && pct >= 2 {
+				t.Errorf("a vital was charged %.2f%% of the machine: %s", pct, c)
+			}
+		}
 	}
 }
