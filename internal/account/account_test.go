@@ -196,6 +196,27 @@ type burst struct {
 	cpu    time.Duration
 }
 
+// burnOnThread runs work on one locked OS thread, giving it the thread's
+// CPU time spent so far, and returns the burst. The thread then sleeps a
+// little, so its last on-CPU interval has ended when this returns.
+func burnOnThread(work func(spent func() time.Duration)) burst {
+	var r burst
+	done := make(chan bool)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		r.tid, r.t0 = unix.Gettid(), time.Now().UnixNano()
+		c0 := threadCPU()
+		work(func() time.Duration { return threadCPU() - c0 })
+		r.cpu = threadCPU() - c0
+		r.t1 = time.Now().UnixNano()
+		time.Sleep(20 * time.Millisecond)
+		done <- true
+	}()
+	<-done
+	return r
+}
+
 func inode(t *testing.T, path string) int64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -387,21 +408,13 @@ func TestSummarizesAndKeepsRecentExact(t *testing.T) {
 	a, stop, pid := accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
 		Recent: time.Minute, Summarize: true})
 	// 5 ms bursts between short sleeps, on one thread.
-	var r burst
-	done := make(chan bool)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		r.tid, r.t0 = unix.Gettid(), time.Now().UnixNano()
-		for c0 := threadCPU(); r.cpu < 150*time.Millisecond; r.cpu = threadCPU() - c0 {
+	r := burnOnThread(func(spent func() time.Duration) {
+		for spent() < 150*time.Millisecond {
 			for c1 := threadCPU(); threadCPU()-c1 < 5*time.Millisecond; {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		r.t1 = time.Now().UnixNano()
-		done <- true
-	}()
-	<-done
+	})
 	time.Sleep(300 * time.Millisecond)
 	stop()
 
@@ -482,21 +495,10 @@ func TestWallClockStepDoesNotShiftIntervals(t *testing.T) {
 	testutil.RequireRoot(t)
 	a, stop, pid := accountSelf(t, Options{Host: "h", Write: func(context.Context, []store.ThreadActivity) error { return nil },
 		FlushEvery: time.Hour, Recent: time.Minute})
-	var r burst
-	done := make(chan bool)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		r.tid, r.t0 = unix.Gettid(), time.Now().UnixNano()
-		c0 := threadCPU()
-		for threadCPU()-c0 < 100*time.Millisecond {
+	r := burnOnThread(func(spent func() time.Duration) {
+		for spent() < 100*time.Millisecond {
 		}
-		r.cpu = threadCPU() - c0
-		r.t1 = time.Now().UnixNano()
-		time.Sleep(20 * time.Millisecond) // off the CPU: the burst's last interval ends
-		done <- true
-	}()
-	<-done
+	})
 	const step = 400 * time.Millisecond
 	stepWallClock(t, step)
 	defer stepWallClock(t, -step)
