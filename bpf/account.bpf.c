@@ -49,6 +49,7 @@
 #define MAX_IO_INFLIGHT 4096
 #define MAX_MATCH 64
 #define MAX_DIRTY_FILES 8192
+#define MAX_SLEEP_KINDS 4096
 #define PAGE_BYTES 4096
 #define FLAG_PG_HEAD (1UL << 6)
 
@@ -72,7 +73,8 @@ struct acct_event {
 	__u64 wake;         /* offcpu: woken at, 0 if preempted or not seen;
 	                       writeback: when the thread last dirtied the file */
 	__u64 site;         /* offcpu: user PC at kernel entry; io, writeback, dirty: device */
-	__u64 bytes;        /* io, writeback: bytes requested; dirty: bytes dirtied */
+	__u64 bytes;        /* io, writeback: bytes requested; dirty: bytes dirtied;
+	                       offcpu: system call it slept in + 1, 0 none */
 	__u64 ino;          /* writeback, dirty: the file's inode */
 	__s32 kstack_bytes; /* offcpu: < 0 error, 0 none */
 	__u32 flags;        /* offcpu: ACCT_F_SAME_STACK */
@@ -80,8 +82,8 @@ struct acct_event {
 };
 
 /*
- * offcpu: no stack taken; the sleep is the thread's previous one again
- * (same user PC, system call and state), whose stack user space has.
+ * offcpu: no stack taken; the sleep is of a kind (process, user PC at
+ * kernel entry, system call and state) whose stack user space has.
  */
 #define ACCT_F_SAME_STACK 1
 
@@ -114,12 +116,6 @@ struct thread_state {
 	__u64 site;
 	__u32 state;
 	__u32 nr;       /* system call it slept in, + 1; 0 none */
-	/* the last interruptible sleep whose kernel stack was taken */
-	__u64 stack_site;
-	__u32 stack_nr;
-	__u32 stack_state;
-	__u32 stack_reused; /* sleeps since, whose stack was not taken */
-	__u32 stack_pad;
 	/* page cache dirtied in the current run, not yet submitted */
 	__u64 dirty_ino;
 	__u64 dirty_bytes;
@@ -169,6 +165,26 @@ struct {
 	__type(key, struct file_key);
 	__type(value, struct dirtier);
 } dirtiers SEC(".maps");
+
+/*
+ * A kind of interruptible sleep in a process: where user space entered
+ * the kernel, the system call and the state it slept in.
+ */
+struct sleep_kind {
+	__u64 site;
+	__u32 tgid;
+	__u32 nr;
+	__u32 state;
+	__u32 pad;
+};
+
+/* Per kind of sleep, the sleeps since its kernel stack was last taken. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SLEEP_KINDS);
+	__type(key, struct sleep_kind);
+	__type(value, __u32);
+} sleep_stacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -220,12 +236,14 @@ const volatile __u64 kstack_min_ns = 0;
 #define TASK_UNINTERRUPTIBLE_BIT 0x2
 
 /*
- * Nor does an interruptible sleep that repeats the thread's last one whose
- * stack was taken — same user PC at kernel entry, system call and state,
- * as a thread pool parking on its futex or a loop on its poll does — get a
- * stack, but for every STACK_REFRESH-th: the record says so
- * (ACCT_F_SAME_STACK) and user space gives it that last stack. It halves
- * what a tracked context switch costs on the demo system.
+ * Nor does an interruptible sleep of a kind whose stack was taken before —
+ * same process, user PC at kernel entry, system call and state, as a
+ * thread pool parking on its futex or a loop on its poll — get a stack,
+ * but for every STACK_REFRESH-th of that kind: the record says so
+ * (ACCT_F_SAME_STACK) and user space gives it the kind's last stack. Kinds
+ * are counted across the process's threads, not per thread: a Go runtime's
+ * threads take turns parking on futexes and polling the network, so a
+ * thread's sleeps alternate between kinds its process has seen many times.
  */
 #define STACK_REFRESH 16
 
@@ -238,11 +256,18 @@ static __always_inline bool is_tracked(__u32 tgid)
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
 }
 
-static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *t)
+/*
+ * Only an off-CPU record with a kernel stack carries kstack: the others
+ * are reserved without it, a third of the size, so the ring buffer (and
+ * the reader copying out of it) moves less memory per context switch.
+ */
+#define ACCT_HEADER_BYTES __builtin_offsetof(struct acct_event, kstack)
+
+static __always_inline struct acct_event *reserve(__u32 kind, __u32 tgid, __u32 tid, __u64 size)
 {
 	__u32 zero = 0;
 	struct acct_stats *st = bpf_map_lookup_elem(&acct_counters, &zero);
-	struct acct_event *e = bpf_ringbuf_reserve(&acct_events, sizeof(*e), 0);
+	struct acct_event *e = bpf_ringbuf_reserve(&acct_events, size, 0);
 
 	if (!e) {
 		if (st)
@@ -252,8 +277,8 @@ static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *
 	if (st)
 		st->events++;
 	e->kind = kind;
-	e->pid = t->tgid;
-	e->tid = t->pid;
+	e->pid = tgid;
+	e->tid = tid;
 	e->state = 0;
 	e->wake = 0;
 	e->site = 0;
@@ -262,6 +287,12 @@ static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *
 	e->kstack_bytes = 0;
 	e->flags = 0;
 	return e;
+}
+
+/* A record without a kernel stack. */
+static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *t)
+{
+	return reserve(kind, t->tgid, t->pid, ACCT_HEADER_BYTES);
 }
 
 static __always_inline struct acct_stats *counters(void)
@@ -436,6 +467,58 @@ int BPF_PROG(account_wakeup, struct task_struct *p)
 	return 0;
 }
 
+/* fill_offcpu: the off-CPU interval of ts, now ended, into e. */
+static __always_inline void fill_offcpu(struct acct_event *e, struct thread_state *ts, __u64 now)
+{
+	e->start = ts->off_ts;
+	e->end = now;
+	e->wake = ts->wake_ts;
+	e->state = ts->state;
+	e->site = ts->site;
+	e->bytes = ts->nr;
+}
+
+/*
+ * Thread t is switched in after the off-CPU interval ts holds: records it,
+ * with the kernel stack it slept in where one is due (see kstack_min_ns
+ * and STACK_REFRESH).
+ */
+static __always_inline void switched_in(struct task_struct *t, struct thread_state *ts, __u64 now)
+{
+	struct sleep_kind k = {.site = ts->site, .tgid = t->tgid, .nr = ts->nr, .state = ts->state};
+	bool stack = false, same = false;
+	struct acct_event *e;
+	__u32 *since, zero = 0;
+
+	if (ts->state & TASK_UNINTERRUPTIBLE_BIT) {
+		stack = true;
+	} else if (ts->state && now - ts->off_ts >= kstack_min_ns) {
+		since = bpf_map_lookup_elem(&sleep_stacks, &k);
+		if (since && *since < STACK_REFRESH) {
+			same = true;
+			(*since)++;
+		} else {
+			stack = true;
+		}
+	}
+	if (!stack) {
+		if ((e = begin(ACCT_OFFCPU, t))) {
+			fill_offcpu(e, ts, now);
+			e->flags = same ? ACCT_F_SAME_STACK : 0;
+			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+		}
+		return;
+	}
+	if (!(e = reserve(ACCT_OFFCPU, t->tgid, t->pid, sizeof(*e))))
+		return;
+	fill_offcpu(e, ts, now);
+	/* A sleeper's kernel stack is still where it slept. */
+	e->kstack_bytes = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
+	if (!(ts->state & TASK_UNINTERRUPTIBLE_BIT) && e->kstack_bytes > 0)
+		bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
@@ -475,30 +558,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 		if (ts) {
 			if (!now)
 				now = now_ns();
-			if (ts->off_ts && (e = begin(ACCT_OFFCPU, next))) {
-				e->start = ts->off_ts;
-				e->end = now;
-				e->wake = ts->wake_ts;
-				e->state = ts->state;
-				e->site = ts->site;
-				/* A sleeper's kernel stack is still where it slept. */
-				if (ts->state & TASK_UNINTERRUPTIBLE_BIT) {
-					e->kstack_bytes = bpf_get_task_stack(next, e->kstack, sizeof(e->kstack), 0);
-				} else if (ts->state && now - ts->off_ts >= kstack_min_ns) {
-					if (ts->stack_reused < STACK_REFRESH && ts->site == ts->stack_site &&
-					    ts->nr == ts->stack_nr && ts->state == ts->stack_state) {
-						e->flags = ACCT_F_SAME_STACK;
-						ts->stack_reused++;
-					} else {
-						e->kstack_bytes = bpf_get_task_stack(next, e->kstack, sizeof(e->kstack), 0);
-						ts->stack_site = ts->site;
-						ts->stack_nr = ts->nr;
-						ts->stack_state = ts->state;
-						ts->stack_reused = 0;
-					}
-				}
-				bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-			}
+			if (ts->off_ts)
+				switched_in(next, ts, now);
 			ts->on_ts = now;
 			ts->off_ts = 0;
 			ts->wake_ts = 0;
@@ -583,27 +644,17 @@ int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsign
 	__u64 key = (__u64)rq;
 	struct io_start *io = bpf_map_lookup_elem(&io_inflight, &key);
 	struct acct_event *e;
-	__u32 zero = 0;
-	struct acct_stats *st;
 
 	if (!io)
 		return 0;
-	e = bpf_ringbuf_reserve(&acct_events, sizeof(*e), 0);
-	st = bpf_map_lookup_elem(&acct_counters, &zero);
+	/* The submitter's, in whatever context the request completes. */
+	e = reserve(io->dirtied ? ACCT_WRITEBACK : ACCT_IO, io->pid, io->tid, ACCT_HEADER_BYTES);
 	if (!e) {
-		if (st)
-			st->lost++;
 		bpf_map_delete_elem(&io_inflight, &key);
 		return 0;
 	}
-	if (st)
-		st->events++;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->kind = io->dirtied ? ACCT_WRITEBACK : ACCT_IO;
 	e->wake = io->dirtied;
 	e->ino = io->ino;
-	e->pid = io->pid;
-	e->tid = io->tid;
 	e->state = io->op;
 	e->start = io->ts;
 	e->end = now_ns();

@@ -96,8 +96,8 @@ type Stats struct {
 	Rules int `json:"exec_rules"`
 	// Dropped counts intervals of threads no span named (HoldUnnamed).
 	Dropped uint64 `json:"dropped_unnamed_intervals"`
-	// SameStacks counts sleeps given the kernel stack of the thread's
-	// previous one rather than having theirs taken (ACCT_F_SAME_STACK).
+	// SameStacks counts sleeps given the kernel stack last taken of their
+	// kind rather than having theirs taken (ACCT_F_SAME_STACK).
 	SameStacks uint64 `json:"same_kernel_stacks"`
 }
 
@@ -135,11 +135,11 @@ type Accountant struct {
 	// indices; stackNames[0] is none.
 	stackIDs   map[string]uint32
 	stackNames [][]string
-	// kstackMin is the resolved Options.KStackMin; lastStack, per thread,
-	// the kernel stack of its last interruptible sleep that had one taken,
-	// which a sleep flagged flagSameStack repeats.
+	// kstackMin is the resolved Options.KStackMin; lastStack, per kind of
+	// interruptible sleep, the kernel stack last taken of one, which a
+	// sleep of that kind flagged flagSameStack repeats.
 	kstackMin time.Duration
-	lastStack map[[2]uint32]rawStack
+	lastStack map[accountSleepKind]rawStack
 }
 
 // rawStack is a kernel stack as the BPF side records it.
@@ -171,7 +171,7 @@ func New(opts Options) (*Accountant, error) {
 	}
 	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
 		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldRow{},
-		recent: map[[2]uint32]*recentThread{}, stackIDs: map[string]uint32{}, stackNames: [][]string{nil}, lastStack: map[[2]uint32]rawStack{}}
+		recent: map[[2]uint32]*recentThread{}, stackIDs: map[string]uint32{}, stackNames: [][]string{nil}, lastStack: map[accountSleepKind]rawStack{}}
 	var comms []string
 	for _, c := range opts.Comms {
 		if c = strings.TrimSpace(c); c == "" {
@@ -458,10 +458,13 @@ func (a *Accountant) flush() error {
 		if err := a.reader.ReadInto(&rec); err != nil {
 			break // deadline: the ring is empty
 		}
-		if len(rec.RawSample) < int(unsafe.Sizeof(e)) {
+		if len(rec.RawSample) < recordHeader {
 			continue
 		}
-		e = *(*accountAcctEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		// Only an off-CPU record with a kernel stack has one: the rest
+		// end where Kstack begins.
+		e = accountAcctEvent{}
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), unsafe.Sizeof(e)), rec.RawSample)
 		switch e.Kind {
 		case kindTrack:
 			a.trackedFromKernel(e.Pid, int64(e.Start)+offset)
@@ -472,7 +475,7 @@ func (a *Accountant) flush() error {
 		default:
 			t := [2]uint32{e.Pid, e.Tid}
 			if e.Kind == kindOffCPU {
-				a.sameStack(t, &e)
+				a.sameStack(&e)
 			}
 			if a.opts.Recent > 0 {
 				a.remember(t, &e, offset)
@@ -561,25 +564,32 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 	a.mu.Unlock()
 }
 
-// flagSameStack: an off-CPU record whose kernel stack was not taken, the
-// thread's last interruptible sleep with one repeating (ACCT_F_SAME_STACK).
+// recordHeader is the size of a record without a kernel stack
+// (ACCT_HEADER_BYTES).
+const recordHeader = int(unsafe.Offsetof(accountAcctEvent{}.Kstack))
+
+// flagSameStack: an off-CPU record whose kernel stack was not taken, an
+// interruptible sleep of a kind whose stack was (ACCT_F_SAME_STACK).
 const flagSameStack = 1
 
-// sameStack gives e, an off-CPU record of thread t, the stack of t's last
-// interruptible sleep that had one taken if e repeats it, and remembers
-// e's if it is such a sleep; a.mu is held. The BPF side decides which
-// sleeps get a stack by the same rule.
-func (a *Accountant) sameStack(t [2]uint32, e *accountAcctEvent) {
+// sameStack gives e, an off-CPU record, the stack last taken of an
+// interruptible sleep of its kind if e's was not taken, and remembers e's
+// if it is such a sleep with one; a.mu is held. The BPF side decides
+// which sleeps get a stack by the same rule.
+func (a *Accountant) sameStack(e *accountAcctEvent) {
 	if e.State == 0 || e.State&taskUninterruptible != 0 || time.Duration(e.End-e.Start) < a.kstackMin {
 		return
 	}
+	k := accountSleepKind{Site: e.Site, Tgid: e.Pid, Nr: uint32(e.Bytes), State: e.State}
 	if e.Flags&flagSameStack != 0 {
-		last := a.lastStack[t]
+		last := a.lastStack[k]
 		e.KstackBytes, e.Kstack = last.n*8, last.frames
 		a.stats.SameStacks++
 		return
 	}
-	a.lastStack[t] = rawStack{max(e.KstackBytes/8, 0), e.Kstack}
+	if e.KstackBytes > 0 {
+		a.lastStack[k] = rawStack{e.KstackBytes / 8, e.Kstack}
+	}
 }
 
 // taskUninterruptible is TASK_UNINTERRUPTIBLE in a sleep's state.
@@ -689,9 +699,9 @@ func (a *Accountant) forgetExited() {
 					delete(a.named, t)
 				}
 			}
-			for t := range a.lastStack {
-				if t[0] == pid {
-					delete(a.lastStack, t)
+			for k := range a.lastStack {
+				if k.Tgid == pid {
+					delete(a.lastStack, k)
 				}
 			}
 		}

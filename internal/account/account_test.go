@@ -7,9 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -430,7 +431,7 @@ func TestSummarizesAndKeepsRecentExact(t *testing.T) {
 			n++
 		}
 		// Sleeps of DefaultKStackMin and more have a kernel stack, taken
-		// or, for a repeat of the last one, given (ACCT_F_SAME_STACK).
+		// or, for a kind seen before, given (ACCT_F_SAME_STACK).
 		if x.Kind == "blocked" && time.Duration(x.EndNs-x.StartNs) >= DefaultKStackMin {
 			sleeps++
 			if len(x.KStack) == 0 {
@@ -491,6 +492,72 @@ func stepWallClock(t *testing.T, d time.Duration) {
 // reads it does not shift the burst: the programs read the TAI clock,
 // which the step moves too, so the burst stays where the thread's own wall
 // clock put it, and a span around it is charged the burst.
+// Interruptible sleeps of one kind (process, user PC, system call, state)
+// share a kernel stack across threads: of twelve new threads that each
+// sleep once in nanosleep and once in ppoll, only the first sleep of each
+// kind has its stack taken, and every sleep carries the stack of its kind.
+func TestSleepKindsShareKernelStacks(t *testing.T) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	a, stop, pid := accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+		Recent: time.Minute})
+	defer stop()
+	const threads = 12
+	var runs []burst
+	for range threads {
+		done := make(chan burst)
+		go func() {
+			// Never unlocked: the thread exits with the goroutine, so
+			// each sleeper is a new thread.
+			runtime.LockOSThread()
+			r := burst{tid: unix.Gettid(), t0: time.Now().UnixNano()}
+			ts := unix.NsecToTimespec(int64(3 * DefaultKStackMin))
+			unix.Nanosleep(&ts, nil)
+			unix.Ppoll(nil, &ts, nil)
+			r.t1 = time.Now().UnixNano()
+			done <- r
+		}()
+		runs = append(runs, <-done)
+	}
+	time.Sleep(300 * time.Millisecond)
+	has := func(frames []string, part string) bool {
+		return slices.ContainsFunc(frames, func(f string) bool { return strings.Contains(f, part) })
+	}
+	for _, r := range runs {
+		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+		if !ok {
+			t.Fatalf("no recent activity of thread %d in memory", r.tid)
+		}
+		var sleeps []store.ThreadActivity
+		for _, x := range acts {
+			if x.Kind == "blocked" && time.Duration(x.EndNs-x.StartNs) >= 2*DefaultKStackMin {
+				sleeps = append(sleeps, x)
+			}
+		}
+		if len(sleeps) != 2 {
+			t.Errorf("thread %d: %d sleeps of %v or more, want 2: %+v", r.tid, len(sleeps), 2*DefaultKStackMin, sleeps)
+			continue
+		}
+		if !has(sleeps[0].KStack, "nanosleep") || !has(sleeps[1].KStack, "poll") {
+			t.Errorf("thread %d: the nanosleep's kernel stack %v, the ppoll's %v", r.tid, sleeps[0].KStack, sleeps[1].KStack)
+		}
+	}
+	// Each kind's count of sleeps since its stack was taken.
+	var k accountSleepKind
+	var since uint32
+	given := map[uint32]uint32{}
+	for it := a.objs.SleepStacks.Iterate(); it.Next(&k, &since); {
+		if k.Tgid == pid && (k.Nr == unix.SYS_NANOSLEEP+1 || k.Nr == unix.SYS_PPOLL+1) {
+			given[k.Nr-1] = max(given[k.Nr-1], since)
+		}
+	}
+	t.Logf("sleeps given their kind's stack: nanosleep %d, ppoll %d (stats %+v)", given[unix.SYS_NANOSLEEP], given[unix.SYS_PPOLL], a.Stats())
+	if given[unix.SYS_NANOSLEEP] < threads-1 || given[unix.SYS_PPOLL] < threads-1 {
+		t.Errorf("of %d threads' sleeps of a kind, %d nanosleeps and %d ppolls were given the stack taken of the first, want %d each",
+			threads, given[unix.SYS_NANOSLEEP], given[unix.SYS_PPOLL], threads-1)
+	}
+}
+
 func TestWallClockStepDoesNotShiftIntervals(t *testing.T) {
 	testutil.RequireRoot(t)
 	a, stop, pid := accountSelf(t, Options{Host: "h", Write: func(context.Context, []store.ThreadActivity) error { return nil },

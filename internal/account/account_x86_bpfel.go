@@ -64,25 +64,29 @@ type accountIoStart struct {
 	Dirtied uint64
 }
 
+type accountSleepKind struct {
+	_     structs.HostLayout
+	Site  uint64
+	Tgid  uint32
+	Nr    uint32
+	State uint32
+	Pad   uint32
+}
+
 type accountThreadState struct {
-	_           structs.HostLayout
-	OnTs        uint64
-	OffTs       uint64
-	WakeTs      uint64
-	Site        uint64
-	State       uint32
-	Nr          uint32
-	StackSite   uint64
-	StackNr     uint32
-	StackState  uint32
-	StackReused uint32
-	StackPad    uint32
-	DirtyIno    uint64
-	DirtyBytes  uint64
-	DirtyFirst  uint64
-	DirtyLast   uint64
-	DirtyDev    uint32
-	Pad2        uint32
+	_          structs.HostLayout
+	OnTs       uint64
+	OffTs      uint64
+	WakeTs     uint64
+	Site       uint64
+	State      uint32
+	Nr         uint32
+	DirtyIno   uint64
+	DirtyBytes uint64
+	DirtyFirst uint64
+	DirtyLast  uint64
+	DirtyDev   uint32
+	Pad2       uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -95,6 +99,7 @@ const (
 	accountMapIoInflight         = "io_inflight"
 	accountMapMatchComm          = "match_comm"
 	accountMapMatchExe           = "match_exe"
+	accountMapSleepStacks        = "sleep_stacks"
 	accountMapThreads            = "threads"
 	accountMapTracked            = "tracked"
 	accountProgAccountDirty      = "account_dirty"
@@ -174,6 +179,7 @@ type accountMapSpecs struct {
 	IoInflight   *ebpf.MapSpec `ebpf:"io_inflight"`
 	MatchComm    *ebpf.MapSpec `ebpf:"match_comm"`
 	MatchExe     *ebpf.MapSpec `ebpf:"match_exe"`
+	SleepStacks  *ebpf.MapSpec `ebpf:"sleep_stacks"`
 	Threads      *ebpf.MapSpec `ebpf:"threads"`
 	Tracked      *ebpf.MapSpec `ebpf:"tracked"`
 }
@@ -213,6 +219,7 @@ type accountMaps struct {
 	IoInflight   *ebpf.Map `ebpf:"io_inflight"`
 	MatchComm    *ebpf.Map `ebpf:"match_comm"`
 	MatchExe     *ebpf.Map `ebpf:"match_exe"`
+	SleepStacks  *ebpf.Map `ebpf:"sleep_stacks"`
 	Threads      *ebpf.Map `ebpf:"threads"`
 	Tracked      *ebpf.Map `ebpf:"tracked"`
 }
@@ -225,6 +232,7 @@ func (m *accountMaps) Close() error {
 		m.IoInflight,
 		m.MatchComm,
 		m.MatchExe,
+		m.SleepStacks,
 		m.Threads,
 		m.Tracked,
 	)
