@@ -44,6 +44,10 @@
 # afford; e.g. SETTLE=70 HOLTER_ARGS="--epoch 20s" measures the steady
 # state after three epochs. In "on" runs it prints the budget's decisions.
 #
+# PERF=PREFIX profiles every CPU during the measured
+# requests (perf record -g, cpu-clock) into PREFIX.off, PREFIX.on, ...
+# (of the last round), for perf report.
+#
 # HOLTER_BASE=PATH (a holter binary, e.g. an older commit's) adds a third
 # run to each round, "base", that binary as the recorder, in rotating
 # order with the other two: a before/after comparison in the same
@@ -159,7 +163,13 @@ run() {
 	before=$(load1)
 	[ "$mode" != off ] && cpu0=$(proc_cpu "$rec")
 	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
+	local perf=""
+	if [ -n "${PERF:-}" ]; then
+		perf record -q -g -a -e cpu-clock -o "$PERF.$mode" 2>/dev/null &
+		perf=$!
+	fi
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
+	[ -n "$perf" ] && { kill -INT "$perf"; wait "$perf" || true; }
 	after=$(load1)
 	others=$((others > $(other_tracers "$rec") ? others : $(other_tracers "$rec")))
 	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
