@@ -256,17 +256,23 @@ static __always_inline bool is_tracked(__u32 tgid)
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
 }
 
+static __always_inline struct acct_stats *counters(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&acct_counters, &zero);
+}
+
 /*
  * Only an off-CPU record with a kernel stack carries kstack: the others
- * are reserved without it, a third of the size, so the ring buffer (and
+ * are reserved without it, under half the size, so the ring buffer (and
  * the reader copying out of it) moves less memory per context switch.
  */
 #define ACCT_HEADER_BYTES __builtin_offsetof(struct acct_event, kstack)
 
 static __always_inline struct acct_event *reserve(__u32 kind, __u32 tgid, __u32 tid, __u64 size)
 {
-	__u32 zero = 0;
-	struct acct_stats *st = bpf_map_lookup_elem(&acct_counters, &zero);
+	struct acct_stats *st = counters();
 	struct acct_event *e = bpf_ringbuf_reserve(&acct_events, size, 0);
 
 	if (!e) {
@@ -293,13 +299,6 @@ static __always_inline struct acct_event *reserve(__u32 kind, __u32 tgid, __u32 
 static __always_inline struct acct_event *begin(__u32 kind, struct task_struct *t)
 {
 	return reserve(kind, t->tgid, t->pid, ACCT_HEADER_BYTES);
-}
-
-static __always_inline struct acct_stats *counters(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&acct_counters, &zero);
 }
 
 /* Submits the page cache t dirtied in its current run, if any. */
