@@ -37,7 +37,8 @@
  * It is a separate object from the vitals: user space attaches it only
  * while some process is tracked or some match rule is set, so a recorder
  * that accounts nothing pays nothing; while attached, an untracked context
- * switch costs two hash lookups on the tgid.
+ * switch costs two task-storage lookups that find nothing and two hash
+ * lookups on the tgid, and a wake-up one task-storage lookup.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -256,6 +257,22 @@ static __always_inline bool is_tracked(__u32 tgid)
 	return bpf_map_lookup_elem(&tracked, &tgid) != NULL;
 }
 
+/*
+ * The state of thread t if its process is tracked, created if need be.
+ * Only threads of tracked processes have one, and a process leaves
+ * `tracked` only when it has ended (its threads' states end with them), so
+ * a thread with a state skips the lookup in `tracked`: the common case of
+ * a context switch or wake-up costs a task-storage lookup, not a hash.
+ */
+static __always_inline struct thread_state *tracked_thread(struct task_struct *t)
+{
+	struct thread_state *ts = bpf_task_storage_get(&threads, t, 0, 0);
+
+	if (ts || !is_tracked(t->tgid))
+		return ts;
+	return bpf_task_storage_get(&threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
 static __always_inline struct acct_stats *counters(void)
 {
 	__u32 zero = 0;
@@ -456,11 +473,8 @@ int BPF_PROG(account_dirty, struct folio *folio, struct address_space *mapping)
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(account_wakeup, struct task_struct *p)
 {
-	struct thread_state *ts;
+	struct thread_state *ts = bpf_task_storage_get(&threads, p, 0, 0);
 
-	if (!is_tracked(p->tgid))
-		return 0;
-	ts = bpf_task_storage_get(&threads, p, 0, 0);
 	if (ts && ts->off_ts && !ts->wake_ts)
 		ts->wake_ts = now_ns();
 	return 0;
@@ -526,8 +540,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	struct acct_event *e;
 	__u64 now = 0;
 
-	if (prev->pid != 0 && is_tracked(prev->tgid)) {
-		ts = bpf_task_storage_get(&threads, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (prev->pid != 0) {
+		ts = tracked_thread(prev);
 		if (ts) {
 			now = now_ns();
 			if (ts->on_ts && (e = begin(ACCT_CPU, prev))) {
@@ -552,8 +566,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 			}
 		}
 	}
-	if (next->pid != 0 && is_tracked(next->tgid)) {
-		ts = bpf_task_storage_get(&threads, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (next->pid != 0) {
+		ts = tracked_thread(next);
 		if (ts) {
 			if (!now)
 				now = now_ns();
