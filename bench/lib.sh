@@ -2,12 +2,19 @@
 # recorder at defaults, summarise ratios. Source it; it sets $work.
 # HOLTER_BIN=PATH measures that holter binary instead of building this tree
 # (e.g. an older commit's, for a before/after comparison).
+# KEEP=DIR copies the work directory (the recordings and the recorder's
+# log) to DIR when the benchmark ends, for a look afterwards.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ "$(id -u)" = 0 ] || { echo "benchmarks attach BPF programs: run as root" >&2; exit 1; }
 work=$(mktemp -d)
 rec=""
-trap 'stop_recorder; rm -rf "$work"' EXIT
+# remove_work: the work directory goes (copied to $KEEP first, if set).
+remove_work() {
+	if [ -n "${KEEP:-}" ]; then cp -r "$work" "$KEEP"; fi
+	rm -rf "$work"
+}
+trap 'stop_recorder; remove_work' EXIT
 if [ -n "${HOLTER_BIN:-}" ]; then cp "$HOLTER_BIN" "$work/holter"; else go build -o "$work/holter" ./cmd/holter; fi
 
 # start_recorder DATA_DIR [FLAGS...]: holter record at defaults (no API;

@@ -57,7 +57,7 @@
 #
 #   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
 source "$(dirname "$0")/lib.sh"
-trap 'kill $(jobs -p) 2>/dev/null || true; stop_recorder; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; stop_recorder; remove_work' EXIT
 ROUNDS=${ROUNDS:-9}
 REQUESTS=${REQUESTS:-3000}
 WARMUP=${WARMUP:-300}
