@@ -441,7 +441,8 @@ int BPF_PROG(account_dirty, struct folio *folio, struct address_space *mapping)
 	struct inode *host;
 	__u64 bytes = PAGE_BYTES, now;
 
-	if (!is_tracked(task->tgid) || !mapping)
+	ts = tracked_thread(task);
+	if (!ts || !mapping)
 		return 0;
 	host = mapping->host;
 	if (!host)
@@ -455,9 +456,6 @@ int BPF_PROG(account_dirty, struct folio *folio, struct address_space *mapping)
 	d.tid = task->pid;
 	d.ts = now;
 	bpf_map_update_elem(&dirtiers, &fk, &d, BPF_ANY);
-	ts = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!ts)
-		return 0;
 	if (ts->dirty_bytes && (ts->dirty_ino != fk.ino || ts->dirty_dev != fk.dev))
 		flush_dirty(task, ts);
 	if (!ts->dirty_bytes) {

@@ -62,10 +62,13 @@ const RecentLookback = 10 * 1_000_000_000
 // charges of all time would make every pass cost with the store's age.
 // The bound is a constant (pendingSeq), so the scan skips older blocks.
 const pendingSpans = `SELECT s.trace_id, s.span_id, s.host, s.pid, s.tid, s.start_ns, s.end_ns
-	FROM (SELECT trace_id, span_id, host, pid, tid, start_ns, end_ns FROM spans
-		WHERE tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %[1]d AND received_ns > %[2]d) s
+	FROM (SELECT trace_id, span_id, host, pid, tid, start_ns, end_ns FROM spans WHERE ` + chargeable + `) s
 	ANTI JOIN (SELECT trace_id, span_id FROM span_accounting WHERE %[3]s) a USING (trace_id, span_id)
 	ORDER BY s.host, s.pid, s.tid, s.start_ns`
+
+// chargeable is the filter on spans of pendingSpans and pendingSeq: they
+// name a thread, ended before %[1]d and were received after %[2]d.
+const chargeable = `tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %[1]d AND received_ns > %[2]d`
 
 // pendingSeq is the filter on charges for pendingSpans: those committed
 // since the earliest span received after since that names a thread and
@@ -73,7 +76,7 @@ const pendingSpans = `SELECT s.trace_id, s.span_id, s.host, s.pid, s.tid, s.star
 // commit numbers existed (NULL) are looked up among all charges.
 func pendingSeq(ctx context.Context, st *store.Store, limit, since int64) (string, error) {
 	r, err := st.Query(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE commit_seq IS NULL), coalesce(min(commit_seq), 0)
-		FROM spans WHERE tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %d AND received_ns > %d`, limit, since))
+		FROM spans WHERE `+chargeable, limit, since))
 	if err != nil {
 		return "", err
 	}
@@ -131,7 +134,8 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 	var threads, fromStore, windows []string
 	recent, _ := tr.(RecentActivity)
 	for _, k := range order {
-		thread := fmt.Sprintf("('%s', %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid)
+		host := strings.ReplaceAll(k.host, "'", "''")
+		thread := fmt.Sprintf("('%s', %d, %d)", host, k.pid, k.tid)
 		threads = append(threads, thread)
 		spans := groups[k]
 		tlo, thi := spans[0].start, spans[0].end
@@ -145,7 +149,7 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 			}
 		}
 		fromStore = append(fromStore, thread)
-		windows = append(windows, fmt.Sprintf("(%s, %d, %d)", thread[1:len(thread)-1], tlo, thi))
+		windows = append(windows, fmt.Sprintf("('%s', %d, %d, %d, %d)", host, k.pid, k.tid, tlo, thi))
 	}
 	if len(fromStore) > 0 {
 		acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (SELECT * FROM (VALUES %s) w(host, pid, tid, lo, hi))
