@@ -496,6 +496,12 @@ func stepWallClock(t *testing.T, d time.Duration) {
 // share a kernel stack across threads: of twelve new threads that each
 // sleep once in nanosleep and once in ppoll, only the first sleep of each
 // kind has its stack taken, and every sleep carries the stack of its kind.
+//
+// A system call is not always a sleep: a thread preempted after it set
+// its sleeping state but before it called schedule() can have its timer
+// fire while it waits for a CPU, and the whole call is then a run-queue
+// wait. So the test counts the sleeps the kernel recorded, and wants
+// most calls to have slept.
 func TestSleepKindsShareKernelStacks(t *testing.T) {
 	testutil.RequireRoot(t)
 	st := openStore(t)
@@ -503,16 +509,21 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 		Recent: time.Minute})
 	defer stop()
 	const threads = 12
-	var runs []burst
+	type sleeper struct {
+		burst
+		mid int64 // between the nanosleep and the ppoll
+	}
+	var runs []sleeper
 	for range threads {
-		done := make(chan burst)
+		done := make(chan sleeper)
 		go func() {
 			// Never unlocked: the thread exits with the goroutine, so
 			// each sleeper is a new thread.
 			runtime.LockOSThread()
-			r := burst{tid: unix.Gettid(), t0: time.Now().UnixNano()}
+			r := sleeper{burst: burst{tid: unix.Gettid(), t0: time.Now().UnixNano()}}
 			ts := unix.NsecToTimespec(int64(3 * DefaultKStackMin))
 			unix.Nanosleep(&ts, nil)
+			r.mid = time.Now().UnixNano()
 			unix.Ppoll(nil, &ts, nil)
 			r.t1 = time.Now().UnixNano()
 			done <- r
@@ -523,23 +534,24 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 	has := func(frames []string, part string) bool {
 		return slices.ContainsFunc(frames, func(f string) bool { return strings.Contains(f, part) })
 	}
+	slept := map[uint32]uint32{} // sleeps found, by system call
 	for _, r := range runs {
 		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
 		if !ok {
 			t.Fatalf("no recent activity of thread %d in memory", r.tid)
 		}
-		var sleeps []store.ThreadActivity
 		for _, x := range acts {
-			if x.Kind == "blocked" && time.Duration(x.EndNs-x.StartNs) >= 2*DefaultKStackMin {
-				sleeps = append(sleeps, x)
+			if x.Kind != "blocked" || time.Duration(x.EndNs-x.StartNs) < 2*DefaultKStackMin {
+				continue
 			}
-		}
-		if len(sleeps) != 2 {
-			t.Errorf("thread %d: %d sleeps of %v or more, want 2: %+v", r.tid, len(sleeps), 2*DefaultKStackMin, sleeps)
-			continue
-		}
-		if !has(sleeps[0].KStack, "nanosleep") || !has(sleeps[1].KStack, "poll") {
-			t.Errorf("thread %d: the nanosleep's kernel stack %v, the ppoll's %v", r.tid, sleeps[0].KStack, sleeps[1].KStack)
+			nr, frame := uint32(unix.SYS_NANOSLEEP), "nanosleep"
+			if x.StartNs >= r.mid {
+				nr, frame = unix.SYS_PPOLL, "poll"
+			}
+			slept[nr]++
+			if !has(x.KStack, frame) {
+				t.Errorf("thread %d: a sleep in %s has the kernel stack %v", r.tid, frame, x.KStack)
+			}
 		}
 	}
 	// Each kind's count of sleeps since its stack was taken.
@@ -551,10 +563,15 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 			given[k.Nr-1] = max(given[k.Nr-1], since)
 		}
 	}
-	t.Logf("sleeps given their kind's stack: nanosleep %d, ppoll %d (stats %+v)", given[unix.SYS_NANOSLEEP], given[unix.SYS_PPOLL], a.Stats())
-	if given[unix.SYS_NANOSLEEP] < threads-1 || given[unix.SYS_PPOLL] < threads-1 {
-		t.Errorf("of %d threads' sleeps of a kind, %d nanosleeps and %d ppolls were given the stack taken of the first, want %d each",
-			threads, given[unix.SYS_NANOSLEEP], given[unix.SYS_PPOLL], threads-1)
+	t.Logf("of %d threads, sleeps in nanosleep %d, ppoll %d; given their kind's stack: %d and %d (stats %+v)", threads,
+		slept[unix.SYS_NANOSLEEP], slept[unix.SYS_PPOLL], given[unix.SYS_NANOSLEEP], given[unix.SYS_PPOLL], a.Stats())
+	for _, nr := range []uint32{unix.SYS_NANOSLEEP, unix.SYS_PPOLL} {
+		if slept[nr] < threads*3/4 {
+			t.Errorf("system call %d: %d of %d calls recorded as sleeps of %v or more", nr, slept[nr], threads, 2*DefaultKStackMin)
+		}
+		if given[nr]+1 < slept[nr] {
+			t.Errorf("system call %d: of %d sleeps, %d were given the stack taken of the first, want %d", nr, slept[nr], given[nr], slept[nr]-1)
+		}
 	}
 }
 
