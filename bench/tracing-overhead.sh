@@ -7,7 +7,9 @@
 # writes) twice, in alternating order: "off", the services instrumented
 # but exporting nowhere, no recorder; "on", `holter record` at its defaults
 # receiving their OTLP spans and accounting their threads from their exec
-# (--account-exe). Each run serves the same fixed number of requests
+# (--account-exe); the services' SDKs batch spans for export as the SDK
+# does by default (at most $BATCH_TIMEOUT, default 5s as the SDK's
+# OTEL_BSP_SCHEDULE_DELAY, or 512 spans). Each run serves the same fixed number of requests
 # ($REQUESTS, after $WARMUP) from fresh processes; the services are pinned
 # to $SERVICE_CPUS and the load client to $CLIENT_CPUS (taskset), the
 # recorder is not pinned, so the machine's other work disturbs less. The
@@ -55,6 +57,12 @@
 # request of services plus recorder), which a shared machine's drift
 # between sessions does not blur.
 #
+# SINK=1 adds a run to each round, "sink": the services export their spans
+# to a collector that acknowledges every export and keeps nothing (demo
+# sink, not pinned, as the recorder). The instrumentation's own cost (the
+# SDK's span snapshots, batching and export) is paid to any OTLP backend;
+# on/sink is what holter adds to it: ingest, storage and kernel accounting.
+#
 #   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
 source "$(dirname "$0")/lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; stop_recorder; remove_work' EXIT
@@ -64,14 +72,16 @@ WARMUP=${WARMUP:-300}
 SETTLE=${SETTLE:-0}
 CONC=${CONC:-4}
 BURN=${BURN:-2ms}
+BATCH_TIMEOUT=${BATCH_TIMEOUT:-5s}
 SERVICE_CPUS=${SERVICE_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
 [ "$(nproc)" -ge 2 ] || { SERVICE_CPUS=0 CLIENT_CPUS=0; }
 modes=(off on)
 if [ -n "${HOLTER_BASE:-}" ]; then
 	cp "$HOLTER_BASE" "$work/holter-base"
-	modes=(off on base)
+	modes+=(base)
 fi
+[ "${SINK:-0}" = 1 ] && modes+=(sink)
 go build -o "$work/demo" ./internal/requests/testdata/demo
 # free_port: a loopback port nothing listens on now.
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -124,13 +134,19 @@ print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total
 
 # run MODE: prints "requests/s load-before load-after" of one run.
 run() {
-	local mode=$1 otlp=() pids=()
+	local mode=$1 otlp=() pids=() collector=""
 	[ "$mode" = base ] && recorder_exe=$work/holter-base
 	local grpc front middle storage
 	# This runs in a subshell: on any failure, take its processes down.
 	trap 'kill "${pids[@]}" 2>/dev/null; stop_recorder' EXIT
 	grpc=127.0.0.1:$(free_port) front=127.0.0.1:$(free_port) middle=127.0.0.1:$(free_port) storage=127.0.0.1:$(free_port)
-	if [ "$mode" != off ]; then
+	if [ "$mode" = sink ]; then
+		"$work/demo" sink -addr "$grpc" >/dev/null 2>"$work/svc.log" &
+		collector=$!
+		pids+=("$collector")
+		wait_port "$grpc"
+		otlp=(-otlp-grpc "$grpc" -batch-timeout "$BATCH_TIMEOUT")
+	elif [ "$mode" != off ]; then
 		rm -rf "$work/data"
 		local acct=()
 		case ${ACCOUNT:-exe} in
@@ -138,7 +154,8 @@ run() {
 		off) acct=(--account=false) ;;
 		esac
 		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}" >/dev/null
-		otlp=(-otlp-grpc "$grpc")
+		collector=$rec
+		otlp=(-otlp-grpc "$grpc" -batch-timeout "$BATCH_TIMEOUT")
 	fi
 	service storage -addr "$storage" -dir "$work" "${otlp[@]}"
 	pids+=($!)
@@ -158,10 +175,10 @@ run() {
 		wait "$settler" 2>/dev/null || true
 	fi
 	local before after cpu0=0 svc0=0 svc1=0 p others
-	[ "$mode" != off ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
+	[ -n "$rec" ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
 	others=$(other_tracers "$rec")
 	before=$(load1)
-	[ "$mode" != off ] && cpu0=$(proc_cpu "$rec")
+	[ -n "$collector" ] && cpu0=$(proc_cpu "$collector")
 	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
 	local perf=""
 	if [ -n "${PERF:-}" ]; then
@@ -175,20 +192,20 @@ run() {
 	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
 	local hz reccpu=0
 	hz=$(getconf CLK_TCK)
-	[ "$mode" != off ] && reccpu=$(($(proc_cpu "$rec") - cpu0))
-	if [ "$mode" != off ]; then
+	[ -n "$collector" ] && reccpu=$(($(proc_cpu "$collector") - cpu0))
+	if [ -n "$collector" ]; then
 		local secs
 		secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' "$work/load.json")
-		awk -v c="$(($(proc_cpu "$rec") - cpu0))" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
-			-v n="$REQUESTS" -v m="$mode" 'BEGIN{printf "    %s recorder process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU), %.2f ms per request\n", m, c/hz, s, 100*c/hz/s, 1000*c/hz/n}' >&2
-		if [ "${BPF_STATS:-0}" = 1 ]; then
+		awk -v c="$reccpu" -v hz="$(getconf CLK_TCK)" -v s="$secs" \
+			-v n="$REQUESTS" -v m="$mode" 'BEGIN{printf "    %s collector process: %.2f s of CPU in the %.2f s of requests (%.1f%% of one CPU), %.2f ms per request\n", m, c/hz, s, 100*c/hz/s, 1000*c/hz/n}' >&2
+		if [ -n "$rec" ] && [ "${BPF_STATS:-0}" = 1 ]; then
 			sysctl -qw kernel.bpf_stats_enabled=0
 			bpf_cost "$rec" "$secs" >&2
 		fi
 	fi
 	kill "${pids[@]}"
 	wait "${pids[@]}" 2>/dev/null || true
-	if [ "$mode" != off ]; then
+	if [ -n "$rec" ]; then
 		stop_recorder
 		grep -h 'budget:' "$work/data.log" | sed 's/^/    /' >&2 || true
 		"$work/holter" query --data "$work/data" --format csv "SELECT (SELECT count(*) FROM thread_activity),
@@ -204,7 +221,7 @@ run() {
 
 echo "demo system: $REQUESTS requests per run after $WARMUP and ${SETTLE} s more of load, $CONC clients, $BURN of CPU per read; recorder flags: ${HOLTER_ARGS:-defaults}, accounting ${ACCOUNT:-exe};" \
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
-ratios=() svcratios=() costratios=() clean=() baseratios=() onbase=() onbasecpu=()
+ratios=() svcratios=() costratios=() clean=() baseratios=() onbase=() onbasecpu=() sinkoff=() onsink=() sinksvc=()
 declare -A rate lb la svc reccpu others
 for i in $(seq "$ROUNDS"); do
 	# The runs of a round in rotating order: off first, then on first, ...
@@ -225,6 +242,14 @@ for i in $(seq "$ROUNDS"); do
 			"CPU per request: services base ${svc[base]} ms, recorder ${reccpu[base]} ms, (services + recorder) on/base $rcpu; others' tracers ${others[base]}"
 		baseratios+=("$rb") onbase+=("$rob") onbasecpu+=("$rcpu")
 	fi
+	if [ "${SINK:-0}" = 1 ]; then
+		rs=$(awk -v a="$on" -v b="${rate[sink]}" 'BEGIN{printf "%.4f", a/b}')
+		ks=$(awk -v a="${rate[sink]}" -v b="$off" 'BEGIN{printf "%.4f", a/b}')
+		echo "  sink ${rate[sink]} req/s (load ${lb[sink]}→${la[sink]}), sink/off $ks, on/sink $rs;" \
+			"CPU per request: services sink ${svc[sink]} ms, sink process ${reccpu[sink]} ms"
+		sinkoff+=("$ks") onsink+=("$rs")
+		sinksvc+=("$(awk -v a="${svc[sink]}" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
+	fi
 	ratios+=("$r")
 	((oo + no == 0)) && clean+=("$r")
 	svcratios+=("$(awk -v a="$os" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
@@ -237,6 +262,10 @@ if [ -n "${HOLTER_BASE:-}" ]; then
 		"$(printf '%s\n' "${baseratios[@]}" | median_spread)" "$(printf '%s\n' "${onbase[@]}" | median_spread)" \
 		"$(printf '%s\n' "${onbasecpu[@]}" | median_spread)"
 fi
+if [ "${SINK:-0}" = 1 ]; then
+	printf 'sink: throughput sink/off (the instrumentation exporting to a collector that keeps nothing) %s; services CPU per request sink/on %s\n' \
+		"$(printf '%s\n' "${sinkoff[@]}" | median_spread)" "$(printf '%s\n' "${sinksvc[@]}" | median_spread)"
+fi
 if ((${#clean[@]})); then
 	printf 'on/off throughput over the %d of %d rounds with no other tracer attached: %s\n' "${#clean[@]}" "$ROUNDS" \
 		"$(printf '%s\n' "${clean[@]}" | median_spread)"
@@ -244,8 +273,10 @@ else
 	echo "no round ran without other tracers attached"
 fi
 
-# Median, spread, order-statistic and bootstrap 95% intervals of the median.
-printf '%s\n' "${ratios[@]}" | sort -g | awk '
+# summarize LABEL: reads a ratio per round; prints their median, spread,
+# and order-statistic and bootstrap 95% intervals of the median.
+summarize() {
+	sort -g | awk -v label="$1" '
 function sift(a, i, n,   c, t) {
 	while ((c = 2 * i) <= n) {
 		if (c < n && a[c+1] > a[c]) c++
@@ -280,10 +311,16 @@ END {
 		bm[b] = median(y, n)
 	}
 	heapsort(bm, 4000)
-	printf "median on/off throughput %.4f: overhead %.1f%%; spread %.4f..%.4f over %d rounds\n", m, (1 - m) * 100, x[1], x[n], n
+	printf "median %s throughput %.4f: overhead %.1f%%; spread %.4f..%.4f over %d rounds\n", label, m, (1 - m) * 100, x[1], x[n], n
 	printf "  order-statistic interval of the median [x(%d), x(%d)] = %.4f..%.4f (coverage %.1f%%): overhead %.1f%%..%.1f%%\n",
 		k, n - k + 1, x[k], x[n-k+1], cov * 100, (1 - x[n-k+1]) * 100, (1 - x[k]) * 100
 	printf "  bootstrap 95%% interval of the median %.4f..%.4f: overhead %.1f%%..%.1f%%\n",
 		bm[100], bm[3900], (1 - bm[3900]) * 100, (1 - bm[100]) * 100
 }'
+}
+printf '%s\n' "${ratios[@]}" | summarize on/off
+if [ "${SINK:-0}" = 1 ]; then
+	echo "holter's own cost, on against the services exporting to a collector that keeps nothing:"
+	printf '%s\n' "${onsink[@]}" | summarize on/sink
+fi
 echo "load average now $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs (other users' work shares the machine)"

@@ -16,6 +16,7 @@
 //	demo client  -front URL -client NAME -gets N -puts N   (prints a JSON line per request)
 //	demo load    -front URL -duration D -concurrency C     (prints requests/s)
 //	demo load    -front URL -requests N -concurrency C     (N requests in all)
+//	demo sink    -addr A   (an OTLP/gRPC receiver that acknowledges every export and keeps nothing)
 //
 // OTLP goes to -otlp-grpc or -otlp-http (host:port), whichever is given.
 package main
@@ -46,7 +47,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 )
 
 var (
@@ -75,9 +78,12 @@ func main() {
 	duration := fs.Duration("duration", 5*time.Second, "load: how long")
 	conc := fs.Int("concurrency", 4, "load: concurrent clients")
 	total := fs.Int("requests", 0, "load: send this many requests in all, rather than for -duration")
+	// The SDK's own default is 5s (OTEL_BSP_SCHEDULE_DELAY); tests want
+	// their spans sooner.
+	batchTimeout := fs.Duration("batch-timeout", 100*time.Millisecond, "longest a span waits to be exported")
 	fs.Parse(os.Args[2:])
 
-	shutdown := setupTracing(role, *otlpGRPC, *otlpHTTP)
+	shutdown := setupTracing(role, *otlpGRPC, *otlpHTTP, *batchTimeout)
 	defer shutdown()
 	switch role {
 	case "storage":
@@ -90,12 +96,14 @@ func main() {
 		runClient(*front, *client, *gets, *puts)
 	case "load":
 		runLoad(*front, *duration, *total, *conc)
+	case "sink":
+		serveSink(*addr)
 	default:
 		log.Fatalf("unknown role %q", role)
 	}
 }
 
-func setupTracing(service, grpcEndpoint, httpEndpoint string) func() {
+func setupTracing(service, grpcEndpoint, httpEndpoint string, batchTimeout time.Duration) func() {
 	ctx := context.Background()
 	res := resource.NewSchemaless(attribute.String("service.name", service), attribute.Int("process.pid", os.Getpid()))
 	var opts []sdktrace.TracerProviderOption
@@ -112,11 +120,37 @@ func setupTracing(service, grpcEndpoint, httpEndpoint string) func() {
 		log.Fatal(err)
 	}
 	if exp != nil {
-		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(100*time.Millisecond)))
+		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(batchTimeout)))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	tracer = tp.Tracer("holter-demo")
 	return func() { tp.Shutdown(ctx) }
+}
+
+// traceSink acknowledges every OTLP export and keeps nothing: a backend
+// that costs the exporting services what any collector's would, so that
+// bench/tracing-overhead.sh can tell what holter adds to the cost of the
+// services' instrumentation itself.
+type traceSink struct {
+	coltracepb.UnimplementedTraceServiceServer
+}
+
+func (traceSink) Export(context.Context, *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// serveSink listens for OTLP/gRPC, prints the bound address on stdout,
+// and serves a traceSink.
+func serveSink(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("listening grpc://%s\n", ln.Addr())
+	os.Stdout.Sync()
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, traceSink{})
+	log.Fatal(srv.Serve(ln))
 }
 
 // serve listens, prints the bound address on stdout, and serves.
