@@ -14,7 +14,7 @@
  *   ACCT_OFFCPU  switch-out .. switch-in, with the state it left in (0 =
  *                preempted, still runnable), when it was woken, the
  *                user-space PC at kernel entry (the blck vital's site) and
- *                the top of the kernel stack it slept in
+ *                the top of the kernel stack it slept in, or of its kind's
  *   ACCT_IO      a block request the thread submitted, issue .. completion
  *   ACCT_WRITEBACK  a block write of a file a tracked thread dirtied, that
  *                someone else (a kernel flusher) submitted: charged to the
@@ -168,8 +168,8 @@ struct {
 } dirtiers SEC(".maps");
 
 /*
- * A kind of interruptible sleep in a process: where user space entered
- * the kernel, the system call and the state it slept in.
+ * A kind of sleep in a process: where user space entered the kernel, the
+ * system call and the state it slept in.
  */
 struct sleep_kind {
 	__u64 site;
@@ -228,10 +228,12 @@ static __always_inline __u64 now_ns(void)
 
 /*
  * Interruptible sleeps shorter than this get no kernel stack (set at load
- * time): taking the stack of a woken thread is most of what a tracked
- * context switch costs, and the many short waits on futexes, pipes and
- * polls (a Go runtime parking its threads) say little about where a
- * request waited. Uninterruptible sleeps (disk, page locks) always get it.
+ * time): taking the stack of a woken thread (an unwind of its kernel
+ * stack, several microseconds on a virtual machine) is most of what a
+ * tracked context switch costs, and the many short waits on futexes,
+ * pipes and polls (a Go runtime parking its threads) say little about
+ * where a request waited. Uninterruptible sleeps (disk, page locks) of
+ * this long or longer get their own; shorter ones, their kind's.
  */
 const volatile __u64 kstack_min_ns = 0;
 #define TASK_UNINTERRUPTIBLE_BIT 0x2
@@ -239,12 +241,14 @@ const volatile __u64 kstack_min_ns = 0;
 /*
  * Nor does an interruptible sleep of a kind whose stack was taken before —
  * same process, user PC at kernel entry, system call and state, as a
- * thread pool parking on its futex or a loop on its poll — get a stack,
- * but for every STACK_REFRESH-th of that kind: the record says so
- * (ACCT_F_SAME_STACK) and user space gives it the kind's last stack. Kinds
- * are counted across the process's threads, not per thread: a Go runtime's
- * threads take turns parking on futexes and polling the network, so a
- * thread's sleeps alternate between kinds its process has seen many times.
+ * thread pool parking on its futex or a loop on its poll — nor a short
+ * uninterruptible one, as a server's reads waiting for the disk, get a
+ * stack, but for every STACK_REFRESH-th of that kind: the record says so
+ * (ACCT_F_SAME_STACK) and user space gives it the kind's last stack, a
+ * sample of where sleeps like it wait. Kinds are counted across the
+ * process's threads, not per thread: a Go runtime's threads take turns
+ * parking on futexes and polling the network, so a thread's sleeps
+ * alternate between kinds its process has seen many times.
  */
 #define STACK_REFRESH 16
 
@@ -497,15 +501,14 @@ static __always_inline void fill_offcpu(struct acct_event *e, struct thread_stat
 static __always_inline void switched_in(struct task_struct *t, struct thread_state *ts, __u64 now)
 {
 	struct sleep_kind k = {.site = ts->site, .tgid = t->tgid, .nr = ts->nr, .state = ts->state};
+	bool disk = ts->state & TASK_UNINTERRUPTIBLE_BIT, long_sleep = now - ts->off_ts >= kstack_min_ns;
 	bool stack = false, same = false;
 	struct acct_event *e;
-	__u32 *since, zero = 0;
+	__u32 *since = NULL, zero = 0;
 
-	if (ts->state & TASK_UNINTERRUPTIBLE_BIT) {
-		stack = true;
-	} else if (ts->state && now - ts->off_ts >= kstack_min_ns) {
+	if (ts->state && (disk || long_sleep)) {
 		since = bpf_map_lookup_elem(&sleep_stacks, &k);
-		if (since && *since < STACK_REFRESH) {
+		if (!(disk && long_sleep) && since && *since < STACK_REFRESH) {
 			same = true;
 			(*since)++;
 		} else {
@@ -525,7 +528,13 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 	fill_offcpu(e, ts, now);
 	/* A sleeper's kernel stack is still where it slept. */
 	e->kstack_bytes = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
-	if (!(ts->state & TASK_UNINTERRUPTIBLE_BIT) && e->kstack_bytes > 0)
+	/*
+	 * Restarts the kind's count in place: an update of an LRU hash takes
+	 * a new element even for a key it holds.
+	 */
+	if (e->kstack_bytes > 0 && since)
+		*since = 0;
+	else if (e->kstack_bytes > 0)
 		bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }

@@ -52,7 +52,10 @@ type Options struct {
 	// KStackMin: interruptible sleeps shorter than this are recorded
 	// without the kernel stack they slept in (default DefaultKStackMin;
 	// negative: every one has it). Uninterruptible ones (disk I/O, page
-	// locks) always have it.
+	// locks) always have one: their own if they last this long, else
+	// the one last taken of a sleep of their kind (process, user PC at
+	// kernel entry, system call and state), as interruptible ones often
+	// do (Stats.SameStacks).
 	KStackMin time.Duration
 	// HoldUnnamed, when positive, keeps the intervals of a thread that no
 	// span has named yet (SpanThreads) in memory for this long: they are
@@ -73,7 +76,8 @@ type Options struct {
 }
 
 // DefaultKStackMin is the shortest interruptible sleep whose kernel stack
-// is recorded, the blck vital's default threshold. Taking the stack is
+// is recorded, and the shortest uninterruptible one that has its own
+// rather than its kind's, the blck vital's default threshold. Taking the stack is
 // most of the cost of a tracked context switch (on the demo system, 2.2 µs
 // a switch with a stack for every sleep over 20 µs, 0.5 µs without), and
 // the many shorter waits on futexes and polls say little about where a
@@ -97,7 +101,8 @@ type Stats struct {
 	// Dropped counts intervals of threads no span named (HoldUnnamed).
 	Dropped uint64 `json:"dropped_unnamed_intervals"`
 	// SameStacks counts sleeps given the kernel stack last taken of their
-	// kind rather than having theirs taken (ACCT_F_SAME_STACK).
+	// kind rather than having theirs taken (ACCT_F_SAME_STACK): of 16
+	// sleeps of a kind, one has its stack taken.
 	SameStacks uint64 `json:"same_kernel_stacks"`
 }
 
@@ -135,10 +140,8 @@ type Accountant struct {
 	// indices; stackNames[0] is none.
 	stackIDs   map[string]uint32
 	stackNames [][]string
-	// kstackMin is the resolved Options.KStackMin; lastStack, per kind of
-	// interruptible sleep, the kernel stack last taken of one, which a
-	// sleep of that kind flagged flagSameStack repeats.
-	kstackMin time.Duration
+	// lastStack, per kind of sleep, the kernel stack last taken of one,
+	// which a sleep of that kind flagged flagSameStack repeats.
 	lastStack map[accountSleepKind]rawStack
 }
 
@@ -204,8 +207,7 @@ func New(opts Options) (*Accountant, error) {
 	if kmin == 0 {
 		kmin = DefaultKStackMin
 	}
-	a.kstackMin = max(kmin, 0)
-	if err := spec.Variables["kstack_min_ns"].Set(uint64(a.kstackMin)); err != nil {
+	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
 	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {
@@ -572,12 +574,11 @@ const recordHeader = int(unsafe.Offsetof(accountAcctEvent{}.Kstack))
 // interruptible sleep of a kind whose stack was (ACCT_F_SAME_STACK).
 const flagSameStack = 1
 
-// sameStack gives e, an off-CPU record, the stack last taken of an
-// interruptible sleep of its kind if e's was not taken, and remembers e's
-// if it is such a sleep with one; a.mu is held. The BPF side decides
-// which sleeps get a stack by the same rule.
+// sameStack gives e, an off-CPU record, the stack last taken of a sleep
+// of its kind if the BPF side said so (flagSameStack) rather than take
+// e's, and remembers e's if it has one; a.mu is held.
 func (a *Accountant) sameStack(e *accountAcctEvent) {
-	if e.State == 0 || e.State&taskUninterruptible != 0 || time.Duration(e.End-e.Start) < a.kstackMin {
+	if e.State == 0 {
 		return
 	}
 	k := accountSleepKind{Site: e.Site, Tgid: e.Pid, Nr: uint32(e.Bytes), State: e.State}
@@ -591,9 +592,6 @@ func (a *Accountant) sameStack(e *accountAcctEvent) {
 		a.lastStack[k] = rawStack{e.KstackBytes / 8, e.Kstack}
 	}
 }
-
-// taskUninterruptible is TASK_UNINTERRUPTIBLE in a sleep's state.
-const taskUninterruptible = 0x2
 
 // Record kinds (enum acct_kind in bpf/account.bpf.c).
 const (

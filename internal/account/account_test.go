@@ -492,6 +492,29 @@ func stepWallClock(t *testing.T, d time.Duration) {
 // reads it does not shift the burst: the programs read the TAI clock,
 // which the step moves too, so the burst stays where the thread's own wall
 // clock put it, and a span around it is charged the burst.
+// accountSelfRecent accounts this process, keeping its intervals in memory
+// (Activity) and writing them to a store.
+func accountSelfRecent(t *testing.T) (a *Accountant, stop func(), pid uint32) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	return accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+		Recent: time.Minute})
+}
+
+// sharedSince is how many sleeps of process pid in system call nr were
+// given their kind's kernel stack since it was last taken (the most of
+// its kinds: user PCs, states).
+func sharedSince(a *Accountant, pid, nr uint32) uint32 {
+	var k accountSleepKind
+	var since, most uint32
+	for it := a.objs.SleepStacks.Iterate(); it.Next(&k, &since); {
+		if k.Tgid == pid && k.Nr == nr+1 {
+			most = max(most, since)
+		}
+	}
+	return most
+}
+
 // Interruptible sleeps of one kind (process, user PC, system call, state)
 // share a kernel stack across threads: of twelve new threads that each
 // sleep once in nanosleep and once in ppoll, only the first sleep of each
@@ -503,10 +526,7 @@ func stepWallClock(t *testing.T, d time.Duration) {
 // wait. So the test counts the sleeps the kernel recorded, and wants
 // most calls to have slept.
 func TestSleepKindsShareKernelStacks(t *testing.T) {
-	testutil.RequireRoot(t)
-	st := openStore(t)
-	a, stop, pid := accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
-		Recent: time.Minute})
+	a, stop, pid := accountSelfRecent(t)
 	defer stop()
 	const threads = 12
 	type sleeper struct {
@@ -555,14 +575,7 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 		}
 	}
 	// Each kind's count of sleeps since its stack was taken.
-	var k accountSleepKind
-	var since uint32
-	given := map[uint32]uint32{}
-	for it := a.objs.SleepStacks.Iterate(); it.Next(&k, &since); {
-		if k.Tgid == pid && (k.Nr == unix.SYS_NANOSLEEP+1 || k.Nr == unix.SYS_PPOLL+1) {
-			given[k.Nr-1] = max(given[k.Nr-1], since)
-		}
-	}
+	given := map[uint32]uint32{unix.SYS_NANOSLEEP: sharedSince(a, pid, unix.SYS_NANOSLEEP), unix.SYS_PPOLL: sharedSince(a, pid, unix.SYS_PPOLL)}
 	t.Logf("of %d threads, sleeps in nanosleep %d, ppoll %d; given their kind's stack: %d and %d (stats %+v)", threads,
 		slept[unix.SYS_NANOSLEEP], slept[unix.SYS_PPOLL], given[unix.SYS_NANOSLEEP], given[unix.SYS_PPOLL], a.Stats())
 	for _, nr := range []uint32{unix.SYS_NANOSLEEP, unix.SYS_PPOLL} {
@@ -572,6 +585,76 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 		if given[nr]+1 < slept[nr] {
 			t.Errorf("system call %d: of %d sleeps, %d were given the stack taken of the first, want %d", nr, slept[nr], given[nr], slept[nr]-1)
 		}
+	}
+}
+
+// Uninterruptible sleeps shorter than DefaultKStackMin, as O_DIRECT reads
+// waiting for the disk, share their kind's kernel stack rather than each
+// having theirs taken, and still carry a stack of the read.
+func TestShortDiskWaitsShareKernelStacks(t *testing.T) {
+	a, stop, pid := accountSelfRecent(t)
+	defer stop()
+	file := filepath.Join(t.TempDir(), "blocks")
+	const block, reads = 4096, 24
+	if err := os.WriteFile(file, make([]byte, reads*block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatalf("open %s O_DIRECT: %v", file, err)
+	}
+	defer f.Close()
+	if err := unix.Fsync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	var runs []burst
+	for i := range reads {
+		done := make(chan burst)
+		go func() {
+			runtime.LockOSThread()
+			r := burst{tid: unix.Gettid(), t0: time.Now().UnixNano()}
+			// O_DIRECT wants an aligned buffer: a page-aligned mapping.
+			buf, err := unix.Mmap(-1, 0, block, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			if err == nil {
+				_, err = unix.Pread(int(f.Fd()), buf, int64(i*block))
+				unix.Munmap(buf)
+			}
+			if err != nil {
+				t.Errorf("O_DIRECT read: %v", err)
+			}
+			r.t1 = time.Now().UnixNano()
+			done <- r
+		}()
+		runs = append(runs, <-done)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var short, long int
+	for _, r := range runs {
+		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+		if !ok {
+			t.Fatalf("no recent activity of thread %d in memory", r.tid)
+		}
+		// An interruptible sleep this short has no stack: a sleep in the
+		// read with one is an uninterruptible wait for the disk.
+		for _, x := range acts {
+			if x.Kind != "blocked" || !slices.ContainsFunc(x.KStack, func(f string) bool { return strings.Contains(f, "pread") }) {
+				continue
+			}
+			if time.Duration(x.EndNs-x.StartNs) < DefaultKStackMin {
+				short++
+			} else {
+				long++
+			}
+		}
+	}
+	given := sharedSince(a, pid, unix.SYS_PREAD64)
+	t.Logf("of %d O_DIRECT reads, %d uninterruptible sleeps under %v and %d longer; %d since the last stack taken (stats %+v)",
+		reads, short, DefaultKStackMin, long, given, a.Stats())
+	if short+long < reads/4 {
+		t.Fatalf("only %d of %d O_DIRECT reads slept with a kernel stack of the read", short+long, reads)
+	}
+	if short >= 4 && given == 0 {
+		t.Errorf("%d short uninterruptible sleeps in pread, none given its kind's stack", short)
 	}
 }
 
