@@ -532,10 +532,12 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 	 * Restarts the kind's count in place: an update of an LRU hash takes
 	 * a new element even for a key it holds.
 	 */
-	if (e->kstack_bytes > 0 && since)
-		*since = 0;
-	else if (e->kstack_bytes > 0)
-		bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
+	if (e->kstack_bytes > 0) {
+		if (since)
+			*since = 0;
+		else
+			bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
+	}
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 

@@ -77,11 +77,12 @@ type Options struct {
 
 // DefaultKStackMin is the shortest interruptible sleep whose kernel stack
 // is recorded, and the shortest uninterruptible one that has its own
-// rather than its kind's, the blck vital's default threshold. Taking the stack is
-// most of the cost of a tracked context switch (on the demo system, 2.2 µs
-// a switch with a stack for every sleep over 20 µs, 0.5 µs without), and
-// the many shorter waits on futexes and polls say little about where a
-// request waited; their time is still counted, at site "unknown".
+// rather than its kind's: the blck vital's default threshold. Taking the
+// stack is most of the cost of a tracked context switch (on the demo
+// system, 2.2 µs a switch with a stack for every sleep over 20 µs, 0.5 µs
+// without), and the many shorter waits on futexes and polls say little
+// about where a request waited; their time is still counted, at site
+// "unknown".
 const DefaultKStackMin = time.Millisecond
 
 // Stats counts what the accountant recorded since it started.
@@ -570,8 +571,8 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 // (ACCT_HEADER_BYTES).
 const recordHeader = int(unsafe.Offsetof(accountAcctEvent{}.Kstack))
 
-// flagSameStack: an off-CPU record whose kernel stack was not taken, an
-// interruptible sleep of a kind whose stack was (ACCT_F_SAME_STACK).
+// flagSameStack: an off-CPU record whose kernel stack was not taken, a
+// sleep of a kind whose stack was (ACCT_F_SAME_STACK).
 const flagSameStack = 1
 
 // sameStack gives e, an off-CPU record, the stack last taken of a sleep
