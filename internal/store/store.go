@@ -166,7 +166,19 @@ func (s *Store) migrate(existed bool) error {
 	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)`, fmt.Sprint(schemaVersion)); err != nil {
 		return fmt.Errorf("migrate store: %w", err)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate store: %w", err)
+	}
+	// The schema goes into the database file now, not only the WAL: a
+	// WAL holding the views' CREATE OR REPLACE (a drop and a create) that
+	// a recorder killed before DuckDB's next checkpoint leaves is one
+	// DuckDB cannot replay ("GetDefaultDatabase with no default database
+	// set", duckdb/duckdb#22044), and the store would not open again. So
+	// a killed recorder's WAL holds data only.
+	if _, err := s.db.Exec("CHECKPOINT"); err != nil {
+		return fmt.Errorf("migrate store: checkpoint: %w", err)
+	}
+	return nil
 }
 
 // loadKnown remembers which stacks and executables the store holds, so an

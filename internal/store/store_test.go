@@ -119,6 +119,49 @@ func TestCorruptFileIsNotOverwritten(t *testing.T) {
 	}
 }
 
+// A store whose recorder is killed (its files as they are while it is
+// open) opens again, on a new store and on one opened before: the WAL it
+// leaves never holds the schema's DDL, whose replay DuckDB fails at.
+func TestKilledStoreOpensAgain(t *testing.T) {
+	dir := t.TempDir()
+	for run := range 3 {
+		s, err := Open(dir, nil)
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if err := s.WriteEpoch(context.Background(), testEpoch(int64(run))); err != nil {
+			t.Fatal(err)
+		}
+		// What a kill leaves: the files now, the store never closed.
+		killed := t.TempDir()
+		for _, name := range []string{FileName, FileName + ".wal"} {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(killed, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		k, err := Open(killed, nil)
+		if err != nil {
+			t.Fatalf("run %d: the store as a kill leaves it does not open: %v", run, err)
+		}
+		res, err := k.Query(context.Background(), "SELECT count(*) FROM epochs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := res.Rows[0][0].(int64); n != int64(run+1) {
+			t.Errorf("run %d: %d epochs in the killed store, want the %d committed", run, n, run+1)
+		}
+		k.Close()
+	}
+}
+
 func TestUnwritableDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(dir, nil, 0o644)
