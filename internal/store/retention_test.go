@@ -93,9 +93,10 @@ func TestPruneToSize(t *testing.T) {
 	}
 	rollupsBefore := count(t, s, `SELECT count(*) FROM rollups`)
 	// DuckDB's used size moves by a block or two (256 KiB each) from one
-	// checkpoint to the next with nothing written, and about 4.5 MB stay
-	// whatever is pruned: the limit is well above both.
-	limit := full / 10 * 6
+	// checkpoint to the next with nothing written, and 5-7 MB of the 12
+	// stay whatever is pruned (a block is freed only when none of its rows
+	// is left): the limit is well above both.
+	limit := full / 10 * 7
 	rep, err := s.Prune(ctx, Retention{MaxBytes: limit}, start.Add(241*time.Minute))
 	if err != nil {
 		t.Fatal(err)
