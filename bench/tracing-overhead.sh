@@ -9,14 +9,15 @@
 # receiving their OTLP spans and accounting their threads from their exec
 # (--account-exe); the services' SDKs batch spans for export as the SDK
 # does by default (at most $BATCH_TIMEOUT, default 5s as the SDK's
-# OTEL_BSP_SCHEDULE_DELAY, or 512 spans). Each run serves the same fixed number of requests
-# ($REQUESTS, after $WARMUP) from fresh processes; the services are pinned
-# to $SERVICE_CPUS and the load client to $CLIENT_CPUS (taskset), the
-# recorder is not pinned, so the machine's other work disturbs less. The
-# ratio of a round is on/off throughput; over $ROUNDS rounds it prints the
-# median, the spread, a distribution-free confidence interval of the median
-# (order statistics, ≥ 95% where the rounds allow) and a bootstrap one,
-# and the load average around each run (the machine may be shared).
+# OTEL_BSP_SCHEDULE_DELAY, or 512 spans). Each run serves the same fixed
+# number of requests ($REQUESTS, after $WARMUP) from fresh processes; the
+# services are pinned to $SERVICE_CPUS and the load client to $CLIENT_CPUS
+# (taskset), the recorder is not pinned, so the machine's other work
+# disturbs less. The ratio of a round is on/off throughput; over $ROUNDS
+# rounds it prints the median, the spread, a distribution-free confidence
+# interval of the median (order statistics, ≥ 95% where the rounds allow)
+# and a bootstrap one, and the load average around each run (the machine
+# may be shared).
 # Other users' BPF tracers (another recorder's vitals on every system call
 # and context switch, say) slow the services down in both kinds of run,
 # and not evenly: each run counts the tracing programs attached that are
@@ -145,7 +146,6 @@ run() {
 		collector=$!
 		pids+=("$collector")
 		wait_port "$grpc"
-		otlp=(-otlp-grpc "$grpc" -batch-timeout "$BATCH_TIMEOUT")
 	elif [ "$mode" != off ]; then
 		rm -rf "$work/data"
 		local acct=()
@@ -155,8 +155,8 @@ run() {
 		esac
 		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}" >/dev/null
 		collector=$rec
-		otlp=(-otlp-grpc "$grpc" -batch-timeout "$BATCH_TIMEOUT")
 	fi
+	[ -n "$collector" ] && otlp=(-otlp-grpc "$grpc" -batch-timeout "$BATCH_TIMEOUT")
 	service storage -addr "$storage" -dir "$work" "${otlp[@]}"
 	pids+=($!)
 	service middle -addr "$middle" -storage "http://$storage" -burn "$BURN" "${otlp[@]}"

@@ -482,17 +482,6 @@ int BPF_PROG(account_wakeup, struct task_struct *p)
 	return 0;
 }
 
-/* fill_offcpu: the off-CPU interval of ts, now ended, into e. */
-static __always_inline void fill_offcpu(struct acct_event *e, struct thread_state *ts, __u64 now)
-{
-	e->start = ts->off_ts;
-	e->end = now;
-	e->wake = ts->wake_ts;
-	e->state = ts->state;
-	e->site = ts->site;
-	e->bytes = ts->nr;
-}
-
 /*
  * Thread t is switched in after the off-CPU interval ts holds: records it,
  * with the kernel stack it slept in where one is due (see kstack_min_ns
@@ -515,28 +504,29 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 			stack = true;
 		}
 	}
-	if (!stack) {
-		if ((e = begin(ACCT_OFFCPU, t))) {
-			fill_offcpu(e, ts, now);
-			e->flags = same ? ACCT_F_SAME_STACK : 0;
-			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	if (!(e = reserve(ACCT_OFFCPU, t->tgid, t->pid, stack ? sizeof(*e) : ACCT_HEADER_BYTES)))
+		return;
+	e->start = ts->off_ts;
+	e->end = now;
+	e->wake = ts->wake_ts;
+	e->state = ts->state;
+	e->site = ts->site;
+	e->bytes = ts->nr;
+	if (same)
+		e->flags = ACCT_F_SAME_STACK;
+	if (stack) {
+		/* A sleeper's kernel stack is still where it slept. */
+		e->kstack_bytes = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
+		/*
+		 * Restarts the kind's count in place: an update of an LRU hash
+		 * takes a new element even for a key it holds.
+		 */
+		if (e->kstack_bytes > 0) {
+			if (since)
+				*since = 0;
+			else
+				bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
 		}
-		return;
-	}
-	if (!(e = reserve(ACCT_OFFCPU, t->tgid, t->pid, sizeof(*e))))
-		return;
-	fill_offcpu(e, ts, now);
-	/* A sleeper's kernel stack is still where it slept. */
-	e->kstack_bytes = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
-	/*
-	 * Restarts the kind's count in place: an update of an LRU hash takes
-	 * a new element even for a key it holds.
-	 */
-	if (e->kstack_bytes > 0) {
-		if (since)
-			*since = 0;
-		else
-			bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
 	}
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }

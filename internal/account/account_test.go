@@ -488,10 +488,6 @@ func stepWallClock(t *testing.T, d time.Duration) {
 	}
 }
 
-// A step of the wall clock between a thread's CPU burst and the flush that
-// reads it does not shift the burst: the programs read the TAI clock,
-// which the step moves too, so the burst stays where the thread's own wall
-// clock put it, and a span around it is charged the burst.
 // accountSelfRecent accounts this process, keeping its intervals in memory
 // (Activity) and writing them to a store.
 func accountSelfRecent(t *testing.T) (a *Accountant, stop func(), pid uint32) {
@@ -499,6 +495,11 @@ func accountSelfRecent(t *testing.T) (a *Accountant, stop func(), pid uint32) {
 	st := openStore(t)
 	return accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
 		Recent: time.Minute})
+}
+
+// hasFrame says whether a kernel stack has a frame whose name holds part.
+func hasFrame(frames []string, part string) bool {
+	return slices.ContainsFunc(frames, func(f string) bool { return strings.Contains(f, part) })
 }
 
 // sharedSince is how many sleeps of process pid in system call nr were
@@ -551,9 +552,6 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 		runs = append(runs, <-done)
 	}
 	time.Sleep(300 * time.Millisecond)
-	has := func(frames []string, part string) bool {
-		return slices.ContainsFunc(frames, func(f string) bool { return strings.Contains(f, part) })
-	}
 	slept := map[uint32]uint32{} // sleeps found, by system call
 	for _, r := range runs {
 		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
@@ -569,7 +567,7 @@ func TestSleepKindsShareKernelStacks(t *testing.T) {
 				nr, frame = unix.SYS_PPOLL, "poll"
 			}
 			slept[nr]++
-			if !has(x.KStack, frame) {
+			if !hasFrame(x.KStack, frame) {
 				t.Errorf("thread %d: a sleep in %s has the kernel stack %v", r.tid, frame, x.KStack)
 			}
 		}
@@ -637,7 +635,7 @@ func TestShortDiskWaitsShareKernelStacks(t *testing.T) {
 		// An interruptible sleep this short has no stack: a sleep in the
 		// read with one is an uninterruptible wait for the disk.
 		for _, x := range acts {
-			if x.Kind != "blocked" || !slices.ContainsFunc(x.KStack, func(f string) bool { return strings.Contains(f, "pread") }) {
+			if x.Kind != "blocked" || !hasFrame(x.KStack, "pread") {
 				continue
 			}
 			if time.Duration(x.EndNs-x.StartNs) < DefaultKStackMin {
@@ -658,6 +656,10 @@ func TestShortDiskWaitsShareKernelStacks(t *testing.T) {
 	}
 }
 
+// A step of the wall clock between a thread's CPU burst and the flush that
+// reads it does not shift the burst: the programs read the TAI clock,
+// which the step moves too, so the burst stays where the thread's own wall
+// clock put it, and a span around it is charged the burst.
 func TestWallClockStepDoesNotShiftIntervals(t *testing.T) {
 	testutil.RequireRoot(t)
 	a, stop, pid := accountSelf(t, Options{Host: "h", Write: func(context.Context, []store.ThreadActivity) error { return nil },
