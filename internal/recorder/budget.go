@@ -42,8 +42,11 @@ type budgetState struct {
 }
 
 // probeAfter is how long a retried vital runs before its cost is probed: a
-// retry in the middle of a storm then costs a fraction of an epoch.
-const probeAfter = 50 * time.Millisecond
+// retry in the middle of a storm then costs a fraction of an epoch (at a
+// system call storm's 40-60% of the machine, 20 ms of a 2 s epoch is
+// 0.2-0.3% of it). Shorter, a quiet machine's retry was shed again by the
+// burst of the recorder's own calls as it closed the epoch (0.6% over 10 ms).
+const probeAfter = 20 * time.Millisecond
 
 const (
 	// maxShift caps t at 2^maxShift.
@@ -91,10 +94,7 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 	cost := map[Vital]float64{}
 	var total float64
 	for v := range r.attached {
-		d := run[v] - b.lastRun[v]
-		if d < 0 { // re-attached: its programs started from zero
-			d = run[v]
-		}
+		d := max(run[v]-b.lastRun[v], 0)
 		b.lastRun[v] = run[v]
 		c := float64(d)
 		if totalSamples > 0 {
@@ -139,7 +139,7 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 			r.attachNs += threadCPUTime() - before // on the epoch loop's thread
 			if err == nil {
 				b.probation[v] = time.Now()
-				b.lastRun[v] = 0
+				b.lastRun[v] = r.vitalRunTime()[v] // its programs were loaded before
 				changes = append(changes, v.String()+" retried after being shed")
 			}
 		}
@@ -170,6 +170,23 @@ func (r *Recorder) shedLocked(v Vital, number int64, c float64) string {
 	return reason
 }
 
+// probeDue is when the next retried vital is due to be probed; zero when
+// none is on probation.
+func (r *Recorder) probeDue() time.Time {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	var due time.Time
+	for _, since := range r.budget.probation {
+		if !since.IsZero() && (due.IsZero() || since.Before(due)) {
+			due = since
+		}
+	}
+	if due.IsZero() {
+		return due
+	}
+	return due.Add(probeAfter)
+}
+
 // probe sheds again, within the epoch, a retried vital whose programs
 // alone cost more than the low watermark since it was attached: the storm
 // that had it shed goes on. A smaller excess is left to the epoch's adapt.
@@ -191,7 +208,7 @@ func (r *Recorder) probe(number int64) {
 			run, measured = r.vitalRunTime(), true
 		}
 		b.probation[v] = time.Time{}
-		c := float64(run[v]) / (float64(time.Since(since)) * float64(r.ncpu))
+		c := float64(run[v]-b.lastRun[v]) / (float64(time.Since(since)) * float64(r.ncpu))
 		if c > r.cfg.Budget/2 { // alone over the low watermark: still storming
 			r.cfg.Logf("budget: %s %s (probed after its retry)", Vital(v), r.shedLocked(Vital(v), number, c))
 		}

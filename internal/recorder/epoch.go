@@ -59,15 +59,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 func (r *Recorder) bpfRunTime() int64 {
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
-	total := r.retiredRun
-	for _, a := range r.attached {
-		for _, p := range a.progs {
-			if st, err := p.Stats(); err == nil {
-				total += st.Runtime
-			}
-		}
-	}
-	return int64(total)
+	return int64(r.objs.runTime())
 }
 
 // threadCPUTime is the CPU time of the calling OS thread.

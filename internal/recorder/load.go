@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -50,13 +51,18 @@ func CheckPrivileges() error {
 // objects are the BPF maps shared by every vital program.
 type objects struct {
 	maps vitalsMaps
+	// progs are the programs loaded so far, by name. A vital that is shed
+	// keeps its programs loaded and only drops its links, so retrying it
+	// attaches them again without a second verification (~50 ms of CPU
+	// for the syscall vital's two), and their run time never goes back.
+	progs map[string]*ebpf.Program
 }
 
 func loadMaps(spec *ebpf.CollectionSpec) (*objects, error) {
 	if err := memlock.Raise(); err != nil {
 		return nil, err
 	}
-	o := &objects{}
+	o := &objects{progs: map[string]*ebpf.Program{}}
 	if err := spec.LoadAndAssign(&o.maps, nil); err != nil {
 		return nil, loadError("load maps", err)
 	}
@@ -73,7 +79,23 @@ func (o *objects) mapReplacements() map[string]*ebpf.Map {
 	}
 }
 
-func (o *objects) Close() error { return o.maps.Close() }
+func (o *objects) Close() error {
+	for _, p := range o.progs {
+		p.Close()
+	}
+	return o.maps.Close()
+}
+
+// runTime is the total run time of every program loaded so far.
+func (o *objects) runTime() time.Duration {
+	var total time.Duration
+	for _, p := range o.progs {
+		if st, err := p.Stats(); err == nil {
+			total += st.Runtime
+		}
+	}
+	return total
+}
 
 func loadError(what string, err error) error {
 	var ve *ebpf.VerifierError
@@ -89,8 +111,12 @@ func loadError(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// loadProgram loads one program of the collection, sharing the maps.
+// loadProgram loads one program of the collection, sharing the maps, or
+// returns it as loaded before.
 func (o *objects) loadProgram(spec *ebpf.CollectionSpec, name string) (*ebpf.Program, error) {
+	if p, ok := o.progs[name]; ok {
+		return p, nil
+	}
 	ps, ok := spec.Programs[name]
 	if !ok {
 		return nil, fmt.Errorf("program %s missing from the vitals object", name)
@@ -106,10 +132,13 @@ func (o *objects) loadProgram(spec *ebpf.CollectionSpec, name string) (*ebpf.Pro
 		return nil, loadError("load "+name, err)
 	}
 	defer coll.Close()
-	return coll.DetachProgram(name), nil
+	p := coll.DetachProgram(name)
+	o.progs[name] = p
+	return p, nil
 }
 
-// attachment is one vital's loaded programs and their links.
+// attachment is one vital's programs and their links; the programs belong
+// to the objects.
 type attachment struct {
 	progs   []*ebpf.Program
 	links   []link.Link
@@ -123,9 +152,6 @@ func (a *attachment) Close() {
 	}
 	for _, fd := range a.perfFDs {
 		unix.Close(fd)
-	}
-	for _, p := range a.progs {
-		p.Close()
 	}
 }
 

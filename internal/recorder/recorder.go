@@ -169,9 +169,6 @@ type Recorder struct {
 	// attachNs is the epoch loop's CPU time since the last epoch boundary
 	// spent attaching programs, which thresholds cannot reduce.
 	attachNs int64
-	// retiredRun is the run time of programs since detached, so the
-	// monitor's measured BPF time never goes backwards.
-	retiredRun time.Duration
 
 	mu     sync.Mutex
 	status Status
@@ -411,11 +408,6 @@ func (r *Recorder) detachLocked(v Vital) error {
 	}
 	err := r.writeControl()
 	if a != nil {
-		for _, p := range a.progs {
-			if st, err := p.Stats(); err == nil {
-				r.retiredRun += st.Runtime
-			}
-		}
 		a.Close()
 	}
 	return err
@@ -480,11 +472,20 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		if boundary.Before(deadline) {
 			deadline = boundary
 		}
+		if due := r.probeDue(); !due.IsZero() && due.Before(deadline) {
+			deadline = due
+		}
 		r.reader.SetDeadline(deadline)
-		for {
+		for n := 1; ; n++ {
 			err := r.reader.ReadInto(&rec)
 			if err == nil {
 				r.consume(ep, rec.RawSample)
+				// A storm can fill the ring as fast as it is read: stop at
+				// the deadline all the same, so a retried vital is probed
+				// and the epoch closed on time.
+				if n%256 == 0 && time.Now().After(deadline) {
+					break
+				}
 				continue
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {

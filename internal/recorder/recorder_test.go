@@ -297,8 +297,12 @@ func TestStressNGProvokesEveryVital(t *testing.T) {
 
 // TestBudgetUnderSyscallStorm runs a tight system-call loop on both cores
 // under a 1% budget: the syscall vital's threshold must rise, the monitor's
-// cost come back within the budget for most of the storm, and once the
-// storm ends the threshold come back down with the vital recording.
+// cost come back within the budget over the rest of the storm, and once
+// the storm ends the threshold come back down with the vital recording.
+// The budget is an average (Chopstix §4.1.3): retrying the shed vital in
+// the middle of the storm costs its epoch the probe's 20 ms at the storm's
+// rate, 0.8-1.1% of the machine here, so the storm's later epochs are
+// judged by their mean, and each by a bound on how far a retry may go.
 func TestBudgetUnderSyscallStorm(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildWorkload(t, "syscall_loop")
@@ -360,7 +364,8 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var stormPoints, within int
+	var stormPoints int
+	var stormCost float64
 	rose := false
 	for i, p := range points {
 		t.Logf("epoch %d: storm %v, monitor %.3f%% of the machine, syscall t=%d", p.number, p.storm, 100*p.cost, p.threshold)
@@ -370,18 +375,19 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 		if p.threshold > 2 {
 			rose = true
 		}
-		if i > 0 && points[i-1].storm && i > 1 && points[i-2].storm && i > 2 && points[i-3].storm {
+		if i > 2 && points[i-1].storm && points[i-2].storm && points[i-3].storm {
 			stormPoints++
-			if p.cost <= budget {
-				within++
+			stormCost += p.cost
+			if p.cost > 2*budget {
+				t.Errorf("storm epoch %d cost %.2f%% of the machine, over twice the %g%% budget", p.number, 100*p.cost, 100*budget)
 			}
 		}
 	}
 	if !rose {
 		t.Error("the syscall vital's threshold never rose during the storm")
 	}
-	if stormPoints == 0 || float64(within) < 0.6*float64(stormPoints) {
-		t.Errorf("only %d of %d storm epochs after the third stayed within the %g%% budget", within, stormPoints, 100*budget)
+	if stormPoints == 0 || stormCost/float64(stormPoints) > budget {
+		t.Errorf("the %d storm epochs after the third cost %.2f%% of the machine on average, over the %g%% budget", stormPoints, 100*stormCost/float64(max(stormPoints, 1)), 100*budget)
 	}
 	last := points[len(points)-1]
 	if last.storm || last.threshold == 0 || last.threshold > 4 {
