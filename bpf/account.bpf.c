@@ -179,12 +179,18 @@ struct sleep_kind {
 	__u32 pad;
 };
 
-/* Per kind of sleep, the sleeps since its kernel stack was last taken. */
+/* Per kind of sleep, when its kernel stack was last taken and the sleeps since. */
+struct sleep_stack {
+	__u64 taken;
+	__u32 since;
+	__u32 pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_SLEEP_KINDS);
 	__type(key, struct sleep_kind);
-	__type(value, __u32);
+	__type(value, struct sleep_stack);
 } sleep_stacks SEC(".maps");
 
 struct {
@@ -243,14 +249,18 @@ const volatile __u64 kstack_min_ns = 0;
  * same process, user PC at kernel entry, system call and state, as a
  * thread pool parking on its futex or a loop on its poll — nor a short
  * uninterruptible one, as a server's reads waiting for the disk, get a
- * stack, but for every STACK_REFRESH-th of that kind: the record says so
- * (ACCT_F_SAME_STACK) and user space gives it the kind's last stack, a
- * sample of where sleeps like it wait. Kinds are counted across the
- * process's threads, not per thread: a Go runtime's threads take turns
- * parking on futexes and polling the network, so a thread's sleeps
- * alternate between kinds its process has seen many times.
+ * stack, until STACK_REFRESH sleeps of that kind and STACK_REFRESH_NS have
+ * passed since its stack was taken: the record says so (ACCT_F_SAME_STACK)
+ * and user space gives it the kind's last stack, a sample of where sleeps
+ * like it wait. Kinds are counted across the process's threads, not per
+ * thread: a Go runtime's threads take turns parking on futexes and polling
+ * the network, so a thread's sleeps alternate between kinds its process
+ * has seen many times. The time bound keeps a busy server's few hot kinds
+ * (hundreds of sleeps a second each) at ten stacks a second: counted
+ * alone, the refreshes were a third of what its context switches cost.
  */
 #define STACK_REFRESH 16
+#define STACK_REFRESH_NS 100000000ULL
 
 /* Keeps the record layouts in BTF so bpf2go generates their Go types. */
 struct acct_event *unused_acct_event __attribute__((unused));
@@ -493,13 +503,13 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 	bool disk = ts->state & TASK_UNINTERRUPTIBLE_BIT, long_sleep = now - ts->off_ts >= kstack_min_ns;
 	bool stack = false, same = false;
 	struct acct_event *e;
-	__u32 *since = NULL, zero = 0;
+	struct sleep_stack *kind = NULL;
 
 	if (ts->state && (disk || long_sleep)) {
-		since = bpf_map_lookup_elem(&sleep_stacks, &k);
-		if (!(disk && long_sleep) && since && *since < STACK_REFRESH) {
+		kind = bpf_map_lookup_elem(&sleep_stacks, &k);
+		if (!(disk && long_sleep) && kind && (kind->since < STACK_REFRESH || now - kind->taken < STACK_REFRESH_NS)) {
 			same = true;
-			(*since)++;
+			kind->since++;
 		} else {
 			stack = true;
 		}
@@ -522,10 +532,14 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 		 * takes a new element even for a key it holds.
 		 */
 		if (e->kstack_bytes > 0) {
-			if (since)
-				*since = 0;
-			else
-				bpf_map_update_elem(&sleep_stacks, &k, &zero, BPF_ANY);
+			if (kind) {
+				kind->since = 0;
+				kind->taken = now;
+			} else {
+				struct sleep_stack fresh = {.taken = now};
+
+				bpf_map_update_elem(&sleep_stacks, &k, &fresh, BPF_ANY);
+			}
 		}
 	}
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);

@@ -507,10 +507,11 @@ func hasFrame(frames []string, part string) bool {
 // its kinds: user PCs, states).
 func sharedSince(a *Accountant, pid, nr uint32) uint32 {
 	var k accountSleepKind
-	var since, most uint32
-	for it := a.objs.SleepStacks.Iterate(); it.Next(&k, &since); {
+	var v accountSleepStack
+	var most uint32
+	for it := a.objs.SleepStacks.Iterate(); it.Next(&k, &v); {
 		if k.Tgid == pid && k.Nr == nr+1 {
-			most = max(most, since)
+			most = max(most, v.Since)
 		}
 	}
 	return most

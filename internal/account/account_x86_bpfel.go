@@ -73,6 +73,13 @@ type accountSleepKind struct {
 	Pad   uint32
 }
 
+type accountSleepStack struct {
+	_     structs.HostLayout
+	Taken uint64
+	Since uint32
+	Pad   uint32
+}
+
 type accountThreadState struct {
 	_          structs.HostLayout
 	OnTs       uint64
