@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"strings"
@@ -103,7 +102,10 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 			logf("accounting processes of %s from their exec", strings.Trim(*f.accountComm+","+*f.accountExe, ","))
 		}
 	}
+	var held *requests.Held
 	if t.acct != nil {
+		held = requests.NewHeld(time.Now().UnixNano(), requests.RecentLookback)
+		opts.OnCommitted = held.Add
 		self := uint32(os.Getpid())
 		opts.OnThreads = t.acct.SpanThreads
 		opts.OnProcesses = func(pids []uint32) {
@@ -159,13 +161,8 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 				return
 			case <-charge.C:
 				if t.acct != nil {
-					// Recent spans every second, all pending ones now and then.
 					passes++
-					lookback := int64(requests.RecentLookback)
-					if passes%30 == 0 {
-						lookback = math.MaxInt64
-					}
-					if _, err := requests.AccountRecent(ctx, st, t.acct, time.Now().UnixNano(), lookback); err != nil && ctx.Err() == nil {
+					if _, err := requests.Pass(ctx, st, t.acct, held, time.Now().UnixNano(), passes); err != nil && ctx.Err() == nil {
 						logf("accounting: %v", err)
 					}
 				}

@@ -147,7 +147,7 @@ const maxStacks = 1 << 16
 // Activity returns the intervals of thread (pid, tid) of host that overlap
 // lo..hi, ordered by start, and whether memory holds all of them: it keeps
 // Options.Recent of them, from the time the thread's process was tracked.
-// requests.AccountRecent charges spans from it.
+// The accounting passes of internal/requests charge spans from it.
 func (a *Accountant) Activity(host string, pid, tid uint32, lo, hi int64) ([]store.ThreadActivity, bool) {
 	if host != a.opts.Host {
 		return nil, false

@@ -63,7 +63,10 @@ type Options struct {
 	// OnThreads is told the local threads (pid, thread.id) that spans
 	// name, before they are committed.
 	OnThreads func(threads [][2]uint32)
-	Logf      func(format string, args ...any)
+	// OnCommitted is given each batch of spans once it is committed,
+	// before the exporter is told; it must not keep the batch's slices.
+	OnCommitted func(*store.SpanBatch)
+	Logf        func(format string, args ...any)
 }
 
 // Receiver is a running OTLP trace receiver.
@@ -220,6 +223,9 @@ func (r *Receiver) export(ctx context.Context, req *coltracepb.ExportTraceServic
 		}
 		if err := r.commit.submit(ctx, &c.batch); err != nil {
 			return nil, err
+		}
+		if r.opts.OnCommitted != nil {
+			r.opts.OnCommitted(&c.batch)
 		}
 		if r.opts.OnProcesses != nil && len(c.pids) > 0 {
 			pids := make([]uint32, 0, len(c.pids))

@@ -42,16 +42,17 @@ const accountLookback = 10 * 60 * 1_000_000_000
 // children that ran on the same thread. It writes span_accounting and
 // returns how many spans it charged.
 func Account(ctx context.Context, st *store.Store, tr Tracker, nowNs int64) (int, error) {
-	return AccountRecent(ctx, st, tr, nowNs, accountLookback)
+	return accountStored(ctx, st, tr, tr.Watermark()-AccountGrace, nowNs-accountLookback)
 }
 
-// RecentLookback is what a frequent accounting pass looks back over: a
-// span is received after it ended, and chargeable within a couple of
-// seconds of that (the accountant commits every second, AccountGrace
-// after) while the accountant keeps committing; a pass that looks back the
-// whole accountLookback now and then catches the rest. A pass costs with
-// the spans it looks back over: at 60 s, on the demo system at 400
-// requests a second, 30 ms a pass, a pass a second.
+// RecentLookback is what a frequent accounting pass looks back over, and
+// how long Held keeps a span: a span is received after it ended, and
+// chargeable within a couple of seconds of that (the accountant commits
+// every second, AccountGrace after) while the accountant keeps
+// committing; a pass that looks back the whole accountLookback now and
+// then catches the rest. A pass over the store costs with the spans it
+// looks back over: at 60 s, on the demo system at 400 requests a second,
+// 30 ms a pass, a pass a second.
 const RecentLookback = 10 * 1_000_000_000
 
 // pendingSpans selects the spans received after the given time that name a
@@ -89,54 +90,92 @@ func pendingSeq(ctx context.Context, st *store.Store, limit, since int64) (strin
 	return fmt.Sprintf("commit_seq >= %d OR commit_seq IS NULL", i64(r.Rows[0][2])), nil
 }
 
-// AccountRecent is Account over the spans received in the last lookback
-// ns: the pass's queries cost with what they look back over.
-func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, lookback int64) (int, error) {
-	lookback = min(lookback, accountLookback)
-	limit := tr.Watermark() - AccountGrace
-	seq, err := pendingSeq(ctx, st, limit, nowNs-lookback)
+// accountStored charges the spans in the store received after since that
+// name a thread, ended before limit and are not charged yet: its queries
+// cost with what they look back over.
+func accountStored(ctx context.Context, st *store.Store, tr Tracker, limit, since int64) (int, error) {
+	seq, err := pendingSeq(ctx, st, limit, since)
 	if err != nil || seq == "" {
 		return 0, err
 	}
-	pending, err := st.Query(ctx, fmt.Sprintf(pendingSpans, limit, nowNs-lookback, seq))
+	pending, err := st.Query(ctx, fmt.Sprintf(pendingSpans, limit, since, seq))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
-	if len(pending.Rows) == 0 {
+	spans := make([]pendingSpan, len(pending.Rows))
+	for i, r := range pending.Rows {
+		spans[i] = pendingSpan{trace: str(r[0]), span: str(r[1]), thread: thread{str(r[2]), uint32(i64(r[3])), uint32(i64(r[4]))},
+			start: i64(r[5]), end: i64(r[6])}
+	}
+	return chargePending(ctx, st, tr, spans, func(threads []string, lo, hi int64) (map[parentKey][]interval, error) {
+		// Spans of the pending threads over the pending spans' time: a
+		// superset of their children, which are found by parent.
+		kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
+			FROM spans c
+			WHERE c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d AND (c.host, c.pid, c.tid) IN (%s)`,
+			lo, hi, strings.Join(threads, ", ")))
+		if err != nil {
+			return nil, fmt.Errorf("account spans: %w", err)
+		}
+		children := map[parentKey][]interval{}
+		for _, r := range kids.Rows {
+			p := parentKey{str(r[3]), str(r[4]), thread{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}}
+			children[p] = append(children[p], interval{i64(r[5]), i64(r[6])})
+		}
+		return children, nil
+	})
+}
+
+// thread is a thread of a process of a host.
+type thread struct {
+	host     string
+	pid, tid uint32
+}
+
+// pendingSpan is a span to charge.
+type pendingSpan struct {
+	trace, span string
+	thread      thread
+	start, end  int64
+}
+
+// parentKey is a span (trace, span id) as the parent of spans on thread.
+type parentKey struct {
+	trace, span string
+	thread      thread
+}
+
+// chargePending charges spans, ordered by thread and start, with their
+// threads' activity over their time, from memory where the tracker keeps
+// it, else from the store; children gives the spans on the threads (SQL
+// tuples of host, pid and tid) between lo and hi by parent, which a span's
+// self share leaves out. It writes span_accounting.
+func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pendingSpan,
+	children func(threads []string, lo, hi int64) (map[parentKey][]interval, error)) (int, error) {
+	if len(spans) == 0 {
 		return 0, nil
 	}
-	type key struct {
-		host     string
-		pid, tid uint32
-	}
-	type pendingSpan struct {
-		trace, span string
-		start, end  int64
-	}
-	groups := map[key][]pendingSpan{}
-	var order []key
-	for _, r := range pending.Rows {
-		k := key{str(r[2]), uint32(i64(r[3])), uint32(i64(r[4]))}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+	groups := map[thread][]pendingSpan{}
+	var order []thread
+	lo, hi := spans[0].start, spans[0].end
+	for _, s := range spans {
+		if _, ok := groups[s.thread]; !ok {
+			order = append(order, s.thread)
 		}
-		groups[k] = append(groups[k], pendingSpan{str(r[0]), str(r[1]), i64(r[5]), i64(r[6])})
+		groups[s.thread] = append(groups[s.thread], s)
+		lo, hi = min(lo, s.start), max(hi, s.end)
 	}
 	// The activity of every pending thread over its spans' time, from
 	// memory where the tracker keeps it, else from the store; and the
 	// children on the same thread. Each query is one for all threads.
 	// Constant bounds too, so the scan skips the table's older blocks.
-	lo, hi := i64(pending.Rows[0][5]), i64(pending.Rows[0][6])
-	for _, r := range pending.Rows {
-		lo, hi = min(lo, i64(r[5])), max(hi, i64(r[6]))
-	}
-	activity := map[key][]store.ThreadActivity{}
+	activity := map[thread][]store.ThreadActivity{}
 	var threads, fromStore, windows []string
 	recent, _ := tr.(RecentActivity)
 	for _, k := range order {
 		host := strings.ReplaceAll(k.host, "'", "''")
-		thread := fmt.Sprintf("('%s', %d, %d)", host, k.pid, k.tid)
-		threads = append(threads, thread)
+		tuple := fmt.Sprintf("('%s', %d, %d)", host, k.pid, k.tid)
+		threads = append(threads, tuple)
 		spans := groups[k]
 		tlo, thi := spans[0].start, spans[0].end
 		for _, s := range spans {
@@ -148,7 +187,7 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 				continue
 			}
 		}
-		fromStore = append(fromStore, thread)
+		fromStore = append(fromStore, tuple)
 		windows = append(windows, fmt.Sprintf("('%s', %d, %d, %d, %d)", host, k.pid, k.tid, tlo, thi))
 	}
 	if len(fromStore) > 0 {
@@ -163,40 +202,23 @@ func AccountRecent(ctx context.Context, st *store.Store, tr Tracker, nowNs, look
 			return 0, fmt.Errorf("account spans: %w", err)
 		}
 		for _, r := range acts.Rows {
-			k := key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}
+			k := thread{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}
 			activity[k] = append(activity[k], store.ThreadActivity{Kind: str(r[3]), StartNs: i64(r[4]), EndNs: i64(r[5]),
 				WakeNs: i64(r[6]), KStack: frames(r[7]), Bytes: uint64(i64(r[8])), Ns: i64(r[9])})
 		}
 	}
-	// Spans of the pending threads over the pending spans' time: a
-	// superset of their children, which are found by parent below.
-	kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
-		FROM spans c
-		WHERE c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d AND (c.host, c.pid, c.tid) IN (%s)`,
-		lo, hi, strings.Join(threads, ", ")))
+	kids, err := children(threads, lo, hi)
 	if err != nil {
-		return 0, fmt.Errorf("account spans: %w", err)
-	}
-	// Children on the same thread, received before or with their
-	// parent, are what a span's self share leaves out.
-	type parent struct {
-		trace, span string
-		thread      key
-	}
-	children := map[parent][]interval{}
-	for _, r := range kids.Rows {
-		p := parent{str(r[3]), str(r[4]), key{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}}
-		children[p] = append(children[p], interval{i64(r[5]), i64(r[6])})
+		return 0, err
 	}
 	var out []store.SpanAccounting
 	for _, k := range order {
-		spans := groups[k]
 		since, tracked := tr.Since(k.pid)
-		for _, s := range spans {
+		for _, s := range groups[k] {
 			a := store.SpanAccounting{TraceID: s.trace, SpanID: s.span, BlockedSites: "[]"}
 			if tracked && since <= s.start {
 				a.Accounted = true
-				charge(&a, interval{s.start, s.end}, children[parent{s.trace, s.span, k}], activity[k])
+				charge(&a, interval{s.start, s.end}, kids[parentKey{s.trace, s.span, k}], activity[k])
 			}
 			out = append(out, a)
 		}

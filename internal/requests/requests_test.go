@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,5 +333,86 @@ func TestChargesSummariesInProportion(t *testing.T) {
 	}
 	if a.BlockedSites != `[{"site":"io_schedule \u003c folio_wait_bit","ns":8000000}]` {
 		t.Errorf("blocked sites %s", a.BlockedSites)
+	}
+}
+
+// Spans held in memory (requests.Held, fed by the receiver's commits) are
+// charged by Pass as the store's pass charges them — self shares leaving
+// out children on the same thread, blocked time, I/O — once each, and a
+// span that started before memory held every span is charged from the
+// store in the same pass.
+func TestHeldSpansChargedAsFromTheStore(t *testing.T) {
+	now := time.Now().UnixNano()
+	var spans []store.Span
+	var acts []store.ThreadActivity
+	for i := range 3 {
+		tid, trace := uint32(20+i), fmt.Sprintf("%032x", 100+i)
+		at := int64(i) * 500 * ms
+		sp := func(id, parent string, start, end int64) store.Span {
+			return store.Span{Host: "h", TraceID: trace, SpanID: id, ParentSpanID: parent, Service: "svc", Name: "op", Kind: "server",
+				StartNs: start, EndNs: end, StatusCode: "unset", Resource: "{}", Attributes: "{}", Scope: "t", Pid: 7, Tid: tid, ReceivedNs: now}
+		}
+		spans = append(spans, sp(fmt.Sprintf("%016x", 10*i+1), "", at, at+100*ms), sp(fmt.Sprintf("%016x", 10*i+2), fmt.Sprintf("%016x", 10*i+1), at+20*ms, at+60*ms))
+		acts = append(acts,
+			store.ThreadActivity{Host: "h", Pid: 7, Tid: tid, Kind: "cpu", StartNs: at, EndNs: at + 30*ms},
+			store.ThreadActivity{Host: "h", Pid: 7, Tid: tid, Kind: "blocked", StartNs: at + 30*ms, EndNs: at + 50*ms, WakeNs: at + 45*ms,
+				KStack: []string{"schedule", "io_schedule"}, SleepState: 2},
+			store.ThreadActivity{Host: "h", Pid: 7, Tid: tid, Kind: "io", StartNs: at + 31*ms, EndNs: at + 44*ms, Bytes: 4096, Op: "R", Dev: "8:0"},
+			store.ThreadActivity{Host: "h", Pid: 7, Tid: tid, Kind: "cpu", StartNs: at + 50*ms, EndNs: at + 100*ms})
+	}
+	charges := func(held bool) []string {
+		st, ctx, base := openStore(t)
+		batch := &store.SpanBatch{Spans: slices.Clone(spans)}
+		for i := range batch.Spans {
+			batch.Spans[i].StartNs += base
+			batch.Spans[i].EndNs += base
+		}
+		as := slices.Clone(acts)
+		for i := range as {
+			as[i].StartNs += base
+			as[i].EndNs += base
+			if as[i].WakeNs != 0 {
+				as[i].WakeNs += base
+			}
+		}
+		if err := st.WriteSpans(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteThreadActivity(ctx, as); err != nil {
+			t.Fatal(err)
+		}
+		tr := fixedTracker{base + 10_000*ms}
+		if held {
+			// Memory holds every span that started from the second
+			// request on: the first is left to the store.
+			h := NewHeld(base+500*ms, time.Hour.Nanoseconds())
+			h.Add(batch)
+			for pass := 1; pass <= 2; pass++ {
+				n, err := Pass(ctx, st, tr, h, now, pass)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := map[int]int{1: 6, 2: 0}[pass]; n != want {
+					t.Errorf("pass %d charged %d spans, want %d", pass, n, want)
+				}
+			}
+		} else if _, err := Account(ctx, st, tr, now); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.Query(ctx, `SELECT span_id, accounted, cpu_ns, self_cpu_ns, blocked_ns, self_blocked_ns, runnable_ns,
+			self_runnable_ns, io_bytes, io_count, blocked_sites FROM span_accounting ORDER BY span_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range res.Rows {
+			out = append(out, fmt.Sprint(r...))
+		}
+		return out
+	}
+	fromStore, fromMemory := charges(false), charges(true)
+	t.Logf("charged from the store:\n%s", strings.Join(fromStore, "\n"))
+	if len(fromStore) != 6 || !slices.Equal(fromStore, fromMemory) {
+		t.Errorf("charged from memory:\n%s\nwant the store's", strings.Join(fromMemory, "\n"))
 	}
 }
