@@ -214,11 +214,20 @@ func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pen
 	var out []store.SpanAccounting
 	for _, k := range order {
 		since, tracked := tr.Since(k.pid)
+		rows := activity[k]
+		// Rows are ordered by start: a span's are those that start before
+		// it ends, and not longer before it starts than the longest row.
+		var longest int64
+		for i := range rows {
+			longest = max(longest, rows[i].EndNs-rows[i].StartNs)
+		}
 		for _, s := range groups[k] {
 			a := store.SpanAccounting{TraceID: s.trace, SpanID: s.span, BlockedSites: "[]"}
 			if tracked && since <= s.start {
 				a.Accounted = true
-				charge(&a, interval{s.start, s.end}, kids[parentKey{s.trace, s.span, k}], activity[k])
+				from := sort.Search(len(rows), func(i int) bool { return rows[i].StartNs >= s.start-longest })
+				to := sort.Search(len(rows), func(i int) bool { return rows[i].StartNs >= s.end })
+				charge(&a, interval{s.start, s.end}, kids[parentKey{s.trace, s.span, k}], rows[from:max(from, to)])
 			}
 			out = append(out, a)
 		}

@@ -109,7 +109,8 @@ func (h *Held) take(limit, nowNs int64) (spans []pendingSpan, children map[paren
 // memory, if held is not nil, and those in the store it left, or all
 // those received in the last RecentLookback when held is nil; every
 // thirtieth pass (pass counts them) also charges the rest received in
-// the last ten minutes from the store. It returns how many it charged.
+// the last ten minutes from the store, and with them any that memory took
+// but failed to write. It returns how many it charged.
 func Pass(ctx context.Context, st *store.Store, tr Tracker, held *Held, nowNs int64, pass int) (int, error) {
 	limit := tr.Watermark() - AccountGrace
 	n, left := 0, held == nil
