@@ -382,8 +382,12 @@ func alive(pid uint32) bool {
 	return !errors.Is(err, os.ErrNotExist)
 }
 
-// Since is when the accounting of pid began (wall ns), if it did.
-func (a *Accountant) Since(pid uint32) (int64, bool) {
+// Since is when the accounting of process pid of host began (wall ns),
+// if it did: only this host's (Options.Host) processes are accounted.
+func (a *Accountant) Since(host string, pid uint32) (int64, bool) {
+	if host != a.opts.Host {
+		return 0, false
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t, ok := a.since[pid]

@@ -327,7 +327,10 @@ func TestTracksProcessesFromExec(t *testing.T) {
 			t.Fatal(err)
 		}
 		cpu, shRuns := out.Rows[0][0].(int64), out.Rows[0][1].(int64)
-		since, ok := a.Since(c.pid)
+		since, ok := a.Since(a.opts.Host, c.pid)
+		if _, elsewhere := a.Since("elsewhere", c.pid); elsewhere {
+			t.Errorf("process %d of another host is accounted here", c.pid)
+		}
 		// The rusage wait returns includes the shell it waited for.
 		t.Logf("process %d and its shell: rusage cpu %v, recorded %v; the shell %d ran %d times; accounted since start+%v",
 			c.pid, c.cpu, time.Duration(cpu), c.shPid, shRuns, time.Duration(since-c.started))

@@ -10,10 +10,11 @@ import (
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// Tracker says since when a process's threads are accounted, and up to
-// when their intervals are in the store; *account.Accountant is one.
+// Tracker says since when a process's threads are accounted (a process
+// of another host is not), and up to when their intervals are in the
+// store; *account.Accountant is one.
 type Tracker interface {
-	Since(pid uint32) (int64, bool)
+	Since(host string, pid uint32) (int64, bool)
 	Watermark() int64
 }
 
@@ -213,7 +214,7 @@ func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pen
 	}
 	var out []store.SpanAccounting
 	for _, k := range order {
-		since, tracked := tr.Since(k.pid)
+		since, tracked := tr.Since(k.host, k.pid)
 		rows := activity[k]
 		// Rows are ordered by start: a span's are those that start before
 		// it ends, and not longer before it starts than the longest row.

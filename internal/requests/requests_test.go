@@ -173,12 +173,12 @@ func TestSelfOverlapLeavesOutChildren(t *testing.T) {
 	}
 }
 
-// fixedTracker says every process was accounted from the start and every
-// interval up to watermark is stored.
+// fixedTracker says every process of host "h" was accounted from the
+// start and every interval up to watermark is stored.
 type fixedTracker struct{ watermark int64 }
 
-func (f fixedTracker) Since(uint32) (int64, bool) { return 0, true }
-func (f fixedTracker) Watermark() int64           { return f.watermark }
+func (f fixedTracker) Since(host string, _ uint32) (int64, bool) { return 0, host == "h" }
+func (f fixedTracker) Watermark() int64                          { return f.watermark }
 
 // Page cache a span's thread dirtied is charged to it (not to its parent
 // on the same thread), and so is the write-back a flusher made of it
@@ -340,7 +340,8 @@ func TestChargesSummariesInProportion(t *testing.T) {
 // charged by Pass as the store's pass charges them — self shares leaving
 // out children on the same thread, blocked time, I/O — once each, and a
 // span that started before memory held every span is charged from the
-// store in the same pass.
+// store in the same pass. A span of another host that names the same
+// process and thread ids is not accounted.
 func TestHeldSpansChargedAsFromTheStore(t *testing.T) {
 	now := time.Now().UnixNano()
 	var spans []store.Span
@@ -360,6 +361,10 @@ func TestHeldSpansChargedAsFromTheStore(t *testing.T) {
 			store.ThreadActivity{Host: "h", Pid: 7, Tid: tid, Kind: "io", StartNs: at + 31*ms, EndNs: at + 44*ms, Bytes: 4096, Op: "R", Dev: "8:0"},
 			store.ThreadActivity{Host: "h", Pid: 7, Tid: tid, Kind: "cpu", StartNs: at + 50*ms, EndNs: at + 100*ms})
 	}
+	// The same process and thread ids on another host: not accounted here.
+	other := spans[2]
+	other.Host, other.SpanID = "other", fmt.Sprintf("%016x", 99)
+	spans = append(spans, other)
 	charges := func(held bool) []string {
 		st, ctx, base := openStore(t)
 		batch := &store.SpanBatch{Spans: slices.Clone(spans)}
@@ -392,7 +397,7 @@ func TestHeldSpansChargedAsFromTheStore(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := map[int]int{1: 6, 2: 0}[pass]; n != want {
+				if want := map[int]int{1: 7, 2: 0}[pass]; n != want {
 					t.Errorf("pass %d charged %d spans, want %d", pass, n, want)
 				}
 			}
@@ -412,7 +417,10 @@ func TestHeldSpansChargedAsFromTheStore(t *testing.T) {
 	}
 	fromStore, fromMemory := charges(false), charges(true)
 	t.Logf("charged from the store:\n%s", strings.Join(fromStore, "\n"))
-	if len(fromStore) != 6 || !slices.Equal(fromStore, fromMemory) {
+	if len(fromStore) != 7 || !slices.Equal(fromStore, fromMemory) {
 		t.Errorf("charged from memory:\n%s\nwant the store's", strings.Join(fromMemory, "\n"))
+	}
+	if len(fromStore) == 7 && !strings.HasPrefix(fromStore[6], "0000000000000063false 0 0 ") {
+		t.Errorf("the other host's span was charged: %s", fromStore[6])
 	}
 }
