@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -459,42 +461,12 @@ func (s *Store) Query(ctx context.Context, query string, args ...any) (*Result, 
 		return nil, fmt.Errorf("query: %w", err)
 	}
 	defer conn.Close()
-	if err := conn.Raw(func(dc any) error { return checkReadOnly(ctx, dc, query) }); err != nil {
-		return nil, err
-	}
-	rows, err := conn.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer rows.Close()
-	cols, err := rows.ColumnTypes()
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	res := &Result{Rows: [][]any{}}
-	for _, c := range cols {
-		res.Columns = append(res.Columns, c.Name())
-		res.Types = append(res.Types, c.DatabaseTypeName())
-	}
-	for rows.Next() {
-		if len(res.Rows) == MaxRows {
-			res.Truncated = true
-			break
-		}
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, fmt.Errorf("query: %w", err)
-		}
-		res.Rows = append(res.Rows, vals)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	return res, nil
+	var res *Result
+	err = conn.Raw(func(dc any) error {
+		res, err = queryReadOnly(ctx, dc, query, args)
+		return err
+	})
+	return res, err
 }
 
 var readOnlyTypes = map[duckdb.StmtType]bool{
@@ -502,28 +474,72 @@ var readOnlyTypes = map[duckdb.StmtType]bool{
 	duckdb.STATEMENT_TYPE_EXPLAIN: true,
 }
 
-func checkReadOnly(ctx context.Context, dc any, query string) error {
+// queryReadOnly prepares query on the driver's connection dc, refuses it
+// unless it only reads (one statement: DuckDB prepares no more), and runs
+// that prepared statement: planning a query is most of what a small one
+// costs, and it is planned once.
+func queryReadOnly(ctx context.Context, dc any, query string, args []any) (*Result, error) {
 	conn, ok := dc.(driver.ConnPrepareContext)
 	if !ok {
-		return errors.New("query: driver cannot prepare statements")
+		return nil, errors.New("query: driver cannot prepare statements")
 	}
 	stmt, err := conn.PrepareContext(ctx, query)
 	if err != nil {
-		return fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", err)
 	}
 	defer stmt.Close()
 	ds, ok := stmt.(*duckdb.Stmt)
 	if !ok {
-		return errors.New("query: unexpected statement type")
+		return nil, errors.New("query: unexpected statement type")
 	}
 	t, err := ds.StatementType()
 	if err != nil {
-		return fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", err)
 	}
 	if !readOnlyTypes[t] {
-		return fmt.Errorf("query: %w", ErrNotReadOnly)
+		return nil, fmt.Errorf("query: %w", ErrNotReadOnly)
 	}
-	return nil
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	rows, err := ds.QueryContext(ctx, named)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	defer rows.Close()
+	res := &Result{Columns: rows.Columns(), Rows: [][]any{}}
+	typed, _ := rows.(driver.RowsColumnTypeDatabaseTypeName)
+	for i := range res.Columns {
+		name := ""
+		if typed != nil {
+			name = typed.ColumnTypeDatabaseTypeName(i)
+		}
+		res.Types = append(res.Types, name)
+	}
+	dest := make([]driver.Value, len(res.Columns))
+	for {
+		err := rows.Next(dest)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("query: %w", err)
+		}
+		if len(res.Rows) == MaxRows {
+			res.Truncated = true
+			break
+		}
+		vals := make([]any, len(dest))
+		for i, v := range dest {
+			if b, ok := v.([]byte); ok { // the driver may reuse it
+				v = bytes.Clone(b)
+			}
+			vals[i] = v
+		}
+		res.Rows = append(res.Rows, vals)
+	}
+	return res, nil
 }
 
 // Querier answers read-only SQL without arguments: a store through Plain,
