@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,6 +40,9 @@ const minBoostedRequests = 200
 func (c shenCondition) planted() bool {
 	return c.readahead == 128 && c.runlen == 64 && c.thinkUs == 0 && c.conc == 2
 }
+
+// runSeconds finds how long `holter run` says its command ran.
+var runSeconds = regexp.MustCompile(`, ([0-9.]+)s, exit `)
 
 // TestShenReproduction reproduces Shen et al. §4 end to end on a loop
 // device: an I/O microbenchmark (testdata/workloads/io_bench.c) run through
@@ -137,31 +142,51 @@ func TestShenReproduction(t *testing.T) {
 	}
 
 	// Without online analysis, which is not under test, for the runs'
-	// sake on a small machine.
-	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off", "--online=false")
-	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
-	r.waitEpochs(t, 1)
-	start := time.Now()
-	for _, c := range conds {
-		ra := c.readahead
-		if c.planted() {
-			ra = 4
+	// sake on a small machine. A run the machine stalls (a second's run
+	// taking 1.6 s, at a tenth of its neighbours' throughput) is a true
+	// anomaly the plan did not put there, and it skews the profile of its
+	// region; the experiment is then repeated once, in a fresh store.
+	experiment := func() (dir string, r *recording, stalled []string) {
+		dir = t.TempDir()
+		r = startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--budget", "off", "--online=false")
+		r.waitEpochs(t, 1)
+		start := time.Now()
+		for _, c := range conds {
+			ra := c.readahead
+			if c.planted() {
+				ra = 4
+			}
+			set("read_ahead_kb", fmt.Sprint(ra))
+			set("scheduler", c.sched)
+			began := time.Now()
+			_, errOut, code := runHolter(t, bin, "run", "--data", dir, "--id", c.id(),
+				"--param", fmt.Sprint("concurrency=", c.conc), "--param", fmt.Sprint("runlen=", c.runlen),
+				"--param", fmt.Sprint("think_us=", c.thinkUs), "--param", fmt.Sprint("readahead_kb=", c.readahead),
+				"--param", "scheduler="+c.sched, "--perf-regex", `MB/s: ([0-9.]+)`, "--",
+				work, dev, "1", fmt.Sprint(c.conc), fmt.Sprint(c.runlen), fmt.Sprint(c.thinkUs))
+			if code != 0 {
+				r.cmd.Process.Kill()
+				r.cmd.Wait()
+				t.Fatalf("run %s: exit %d %s", c.id(), code, errOut)
+			}
+			t.Logf("%s (holter run took %v)", strings.TrimSpace(errOut), time.Since(began).Round(time.Millisecond))
+			if m := runSeconds.FindStringSubmatch(errOut); m != nil {
+				if secs, _ := strconv.ParseFloat(m[1], 64); secs > 1.3 {
+					stalled = append(stalled, fmt.Sprintf("%s (%ss)", c.id(), m[1]))
+				}
+			}
 		}
-		set("read_ahead_kb", fmt.Sprint(ra))
-		set("scheduler", c.sched)
-		began := time.Now()
-		_, errOut, code := runHolter(t, bin, "run", "--data", dir, "--id", c.id(),
-			"--param", fmt.Sprint("concurrency=", c.conc), "--param", fmt.Sprint("runlen=", c.runlen),
-			"--param", fmt.Sprint("think_us=", c.thinkUs), "--param", fmt.Sprint("readahead_kb=", c.readahead),
-			"--param", "scheduler="+c.sched, "--perf-regex", `MB/s: ([0-9.]+)`, "--",
-			work, dev, "1", fmt.Sprint(c.conc), fmt.Sprint(c.runlen), fmt.Sprint(c.thinkUs))
-		if code != 0 {
-			t.Fatalf("run %s: exit %d %s", c.id(), code, errOut)
-		}
-		t.Logf("%s (holter run took %v)", strings.TrimSpace(errOut), time.Since(began).Round(time.Millisecond))
+		t.Logf("%d runs in %v", len(conds), time.Since(start).Round(time.Second))
+		return dir, r, stalled
 	}
-	t.Logf("%d runs in %v", len(conds), time.Since(start).Round(time.Second))
+	dir, r, stalled := experiment()
+	if len(stalled) > 0 {
+		t.Logf("the machine stalled the one-second runs %v: the experiment is repeated in a fresh store", stalled)
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+		dir, r, _ = experiment()
+	}
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 
 	// Through the recorder's API, then from the store once the recorder
 	// has stopped: the assertions read the latter.
