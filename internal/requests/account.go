@@ -105,22 +105,25 @@ func accountStored(ctx context.Context, st *store.Store, tr Tracker, limit, sinc
 	}
 	spans := make([]pendingSpan, len(pending.Rows))
 	for i, r := range pending.Rows {
-		spans[i] = pendingSpan{trace: str(r[0]), span: str(r[1]), thread: thread{str(r[2]), uint32(i64(r[3])), uint32(i64(r[4]))},
-			start: i64(r[5]), end: i64(r[6])}
+		spans[i] = pendingSpan{trace: str(r[0]), span: str(r[1]), thread: threadAt(r, 2), start: i64(r[5]), end: i64(r[6])}
 	}
-	return chargePending(ctx, st, tr, spans, func(threads []string, lo, hi int64) (map[parentKey][]interval, error) {
+	return chargePending(ctx, st, tr, spans, func(threads []thread, lo, hi int64) (map[parentKey][]interval, error) {
 		// Spans of the pending threads over the pending spans' time: a
 		// superset of their children, which are found by parent.
+		tuples := make([]string, len(threads))
+		for i, k := range threads {
+			tuples[i] = k.sql()
+		}
 		kids, err := st.Query(ctx, fmt.Sprintf(`SELECT c.host, c.pid, c.tid, c.trace_id, c.parent_span_id, c.start_ns, c.end_ns
 			FROM spans c
 			WHERE c.parent_span_id IS NOT NULL AND c.end_ns > %d AND c.start_ns < %d AND (c.host, c.pid, c.tid) IN (%s)`,
-			lo, hi, strings.Join(threads, ", ")))
+			lo, hi, strings.Join(tuples, ", ")))
 		if err != nil {
 			return nil, fmt.Errorf("account spans: %w", err)
 		}
 		children := map[parentKey][]interval{}
 		for _, r := range kids.Rows {
-			p := parentKey{str(r[3]), str(r[4]), thread{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}}
+			p := parentKey{str(r[3]), str(r[4]), threadAt(r, 0)}
 			children[p] = append(children[p], interval{i64(r[5]), i64(r[6])})
 		}
 		return children, nil
@@ -131,6 +134,17 @@ func accountStored(ctx context.Context, st *store.Store, tr Tracker, limit, sinc
 type thread struct {
 	host     string
 	pid, tid uint32
+}
+
+// threadAt is the thread in a result row's columns i (host), i+1 (pid)
+// and i+2 (tid).
+func threadAt(r []any, i int) thread {
+	return thread{str(r[i]), uint32(i64(r[i+1])), uint32(i64(r[i+2]))}
+}
+
+// sql is k as an SQL tuple (host, pid, tid).
+func (k thread) sql() string {
+	return fmt.Sprintf("('%s', %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid)
 }
 
 // pendingSpan is a span to charge.
@@ -148,11 +162,11 @@ type parentKey struct {
 
 // chargePending charges spans, ordered by thread and start, with their
 // threads' activity over their time, from memory where the tracker keeps
-// it, else from the store; children gives the spans on the threads (SQL
-// tuples of host, pid and tid) between lo and hi by parent, which a span's
-// self share leaves out. It writes span_accounting.
+// it, else from the store; children gives the spans on the threads
+// between lo and hi by parent, which a span's self share leaves out. It
+// writes span_accounting.
 func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pendingSpan,
-	children func(threads []string, lo, hi int64) (map[parentKey][]interval, error)) (int, error) {
+	children func(threads []thread, lo, hi int64) (map[parentKey][]interval, error)) (int, error) {
 	if len(spans) == 0 {
 		return 0, nil
 	}
@@ -171,12 +185,9 @@ func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pen
 	// children on the same thread. Each query is one for all threads.
 	// Constant bounds too, so the scan skips the table's older blocks.
 	activity := map[thread][]store.ThreadActivity{}
-	var threads, fromStore, windows []string
+	var fromStore, windows []string
 	recent, _ := tr.(RecentActivity)
 	for _, k := range order {
-		host := strings.ReplaceAll(k.host, "'", "''")
-		tuple := fmt.Sprintf("('%s', %d, %d)", host, k.pid, k.tid)
-		threads = append(threads, tuple)
 		spans := groups[k]
 		tlo, thi := spans[0].start, spans[0].end
 		for _, s := range spans {
@@ -188,8 +199,8 @@ func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pen
 				continue
 			}
 		}
-		fromStore = append(fromStore, tuple)
-		windows = append(windows, fmt.Sprintf("('%s', %d, %d, %d, %d)", host, k.pid, k.tid, tlo, thi))
+		fromStore = append(fromStore, k.sql())
+		windows = append(windows, fmt.Sprintf("('%s', %d, %d, %d, %d)", strings.ReplaceAll(k.host, "'", "''"), k.pid, k.tid, tlo, thi))
 	}
 	if len(fromStore) > 0 {
 		acts, err := st.Query(ctx, fmt.Sprintf(`WITH w AS (SELECT * FROM (VALUES %s) w(host, pid, tid, lo, hi))
@@ -203,12 +214,12 @@ func chargePending(ctx context.Context, st *store.Store, tr Tracker, spans []pen
 			return 0, fmt.Errorf("account spans: %w", err)
 		}
 		for _, r := range acts.Rows {
-			k := thread{str(r[0]), uint32(i64(r[1])), uint32(i64(r[2]))}
+			k := threadAt(r, 0)
 			activity[k] = append(activity[k], store.ThreadActivity{Kind: str(r[3]), StartNs: i64(r[4]), EndNs: i64(r[5]),
 				WakeNs: i64(r[6]), KStack: frames(r[7]), Bytes: uint64(i64(r[8])), Ns: i64(r[9])})
 		}
 	}
-	kids, err := children(threads, lo, hi)
+	kids, err := children(order, lo, hi)
 	if err != nil {
 		return 0, err
 	}

@@ -118,7 +118,7 @@ func Pass(ctx context.Context, st *store.Store, tr Tracker, held *Held, nowNs in
 		spans, children, l := held.take(limit, nowNs)
 		left = l
 		var err error
-		n, err = chargePending(ctx, st, tr, spans, func([]string, int64, int64) (map[parentKey][]interval, error) {
+		n, err = chargePending(ctx, st, tr, spans, func([]thread, int64, int64) (map[parentKey][]interval, error) {
 			return children, nil
 		})
 		if err != nil {
