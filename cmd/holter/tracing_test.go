@@ -346,27 +346,31 @@ func findSpan(t *testing.T, n *requests.Node, service, op string) *requests.Node
 	return found
 }
 
-// checkBurnCharged checks that the CPU middle burnt for a read, by its own
-// thread clock (the span's demo.burn_cpu_ns), is what the kernel's
-// scheduling events charge its span, within 10%; it returns the burn.
+// checkBurnCharged checks that the CPU middle's thread ran during a read's
+// span, by its own thread clock (demo.thread_cpu_ns: the burn of
+// demo.burn_cpu_ns and the rest of the handler, the call to storage and
+// the runtime's assists to the garbage collector, 1-9 ms more on a loaded
+// machine), is what the kernel's scheduling events charge the span,
+// within 10%; it returns the burn.
 func checkBurnCharged(t *testing.T, bin, dir, traceID string, mid *requests.Node) time.Duration {
 	t.Helper()
 	out, _, _ := runHolter(t, bin, "query", "--data", dir, "--format", "csv",
 		fmt.Sprintf(`SELECT attributes FROM spans WHERE span_id = '%s'`, mid.SpanID))
 	var attrs struct {
-		Burn int64 `json:"demo.burn_cpu_ns"`
+		Burn   int64 `json:"demo.burn_cpu_ns"`
+		Thread int64 `json:"demo.thread_cpu_ns"`
 	}
 	csvField := strings.TrimSpace(out[strings.Index(out, "\n")+1:])
-	if err := json.Unmarshal([]byte(strings.ReplaceAll(strings.Trim(csvField, `"`), `""`, `"`)), &attrs); err != nil || attrs.Burn == 0 {
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(strings.Trim(csvField, `"`), `""`, `"`)), &attrs); err != nil || attrs.Burn == 0 || attrs.Thread < attrs.Burn {
 		t.Fatalf("middle span attributes %q: %v", csvField, err)
 	}
 	k := mid.Kernel
 	if k == nil || !k.Accounted {
 		t.Fatalf("read %s: middle span not accounted", traceID)
 	}
-	if ratio := k.SelfCPUNs / float64(attrs.Burn); ratio < 0.9 || ratio > 1.1 {
-		t.Errorf("read %s: middle burnt %v of CPU, charged %v (ratio %.3f)", traceID,
-			time.Duration(attrs.Burn), time.Duration(k.SelfCPUNs), ratio)
+	if ratio := k.SelfCPUNs / float64(attrs.Thread); ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("read %s: middle burnt %v of CPU, its thread ran %v in the span by its own clock, charged %v (ratio %.3f)", traceID,
+			time.Duration(attrs.Burn), time.Duration(attrs.Thread), time.Duration(k.SelfCPUNs), ratio)
 	}
 	return time.Duration(attrs.Burn)
 }

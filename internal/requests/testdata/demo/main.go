@@ -175,7 +175,13 @@ func handle(name string, h func(ctx context.Context, span trace.Span, w http.Res
 		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.Int("thread.id", unix.Gettid())))
 		defer span.End()
+		// What the thread ran during the span by its own clock: the burn,
+		// and the rest of the handler (the call to storage, the runtime's
+		// allocation assists to the garbage collector), which on a loaded
+		// machine adds a few milliseconds now and then.
+		c0 := threadCPU()
 		h(ctx, span, w, r)
+		span.SetAttributes(attribute.Int64("demo.thread_cpu_ns", int64(threadCPU()-c0)))
 	}
 }
 
