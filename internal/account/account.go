@@ -102,9 +102,13 @@ type Stats struct {
 	// Dropped counts intervals of threads no span named (HoldUnnamed).
 	Dropped uint64 `json:"dropped_unnamed_intervals"`
 	// SameStacks counts sleeps given the kernel stack last taken of their
-	// kind rather than having theirs taken (ACCT_F_SAME_STACK): of 16
-	// sleeps of a kind, one has its stack taken.
+	// kind rather than having theirs taken (ACCT_F_SAME_STACK): a kind's
+	// stack is taken again after 16 sleeps and a second.
 	SameStacks uint64 `json:"same_kernel_stacks"`
+	// Handoffs counts on-CPU intervals recorded with the off-CPU interval
+	// of the tracked thread switched in after them: one record for the
+	// context switch, not two.
+	Handoffs uint64 `json:"handoff_records"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -479,19 +483,17 @@ func (a *Accountant) flush() error {
 			if _, ok := a.since[e.Pid]; ok {
 				a.exited[e.Pid] = int64(e.Start) + offset
 			}
+		case kindOffCPU:
+			if e.RanTid != 0 {
+				// The run of the thread switched out for this one.
+				ran := accountAcctEvent{Kind: kindCPU, Pid: e.RanPid, Tid: e.RanTid, Start: e.RanStart, End: e.End}
+				a.interval(&ran, offset, &rows, &sum)
+				a.stats.Handoffs++
+			}
+			a.sameStack(&e)
+			a.interval(&e, offset, &rows, &sum)
 		default:
-			t := [2]uint32{e.Pid, e.Tid}
-			if e.Kind == kindOffCPU {
-				a.sameStack(&e)
-			}
-			if a.opts.Recent > 0 {
-				a.remember(t, &e, offset)
-			}
-			if a.opts.Summarize && (e.Kind == kindCPU || e.Kind == kindOffCPU) {
-				a.summarize(&sum, &e, offset)
-				continue
-			}
-			rows = append(rows, a.activity(&e, offset))
+			a.interval(&e, offset, &rows, &sum)
 		}
 	}
 	a.readDone(time.Now().UnixNano())
@@ -527,6 +529,19 @@ func (a *Accountant) flush() error {
 	a.stats.Committed += committed
 	a.mu.Unlock()
 	return nil
+}
+
+// interval takes e, an interval of a thread, into memory (Options.Recent)
+// and into the rows or summaries to commit; a.mu is held.
+func (a *Accountant) interval(e *accountAcctEvent, offset int64, rows *[]store.ThreadActivity, sum *summary) {
+	if a.opts.Recent > 0 {
+		a.remember([2]uint32{e.Pid, e.Tid}, e, offset)
+	}
+	if a.opts.Summarize && (e.Kind == kindCPU || e.Kind == kindOffCPU) {
+		a.summarize(sum, e, offset)
+		return
+	}
+	*rows = append(*rows, a.activity(e, offset))
 }
 
 // commitOrHold adds r, n intervals of a thread, to out, or to the held

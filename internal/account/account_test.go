@@ -491,6 +491,70 @@ func TestSummarizesAndKeepsRecentExact(t *testing.T) {
 	}
 }
 
+// Two tracked threads taking turns on one CPU, each switching out for the
+// other: the run of the one switched out is recorded with the other's
+// off-CPU interval (Stats.Handoffs), and each thread's on-CPU intervals
+// hold the CPU it burnt.
+func TestTrackedThreadsTakingTurnsOnOneCPU(t *testing.T) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	a, stop, pid := accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 100 * time.Millisecond,
+		Recent: time.Minute})
+	handoffs := a.Stats().Handoffs
+	const turns = 100
+	// The first to play sends last; the other receives last.
+	play := func(in <-chan bool, out chan<- bool, first bool) func(func() time.Duration) {
+		return func(func() time.Duration) {
+			var cpu0 unix.CPUSet
+			cpu0.Set(0)
+			if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
+				t.Error(err)
+			}
+			for i := 0; i < turns; i++ {
+				if !first || i > 0 {
+					<-in
+				}
+				for c := threadCPU(); threadCPU()-c < 300*time.Microsecond; {
+				}
+				if first || i < turns-1 {
+					out <- true
+				}
+			}
+		}
+	}
+	ping, pong := make(chan bool), make(chan bool)
+	other := make(chan burst)
+	go func() { other <- burnOnThread(play(pong, ping, true)) }()
+	first := burnOnThread(play(ping, pong, false))
+	second := <-other
+	time.Sleep(200 * time.Millisecond)
+	stop()
+
+	handoffs = a.Stats().Handoffs - handoffs
+	for _, r := range []burst{first, second} {
+		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+		if !ok {
+			t.Fatalf("no recent activity of thread %d in memory", r.tid)
+		}
+		var cpu time.Duration
+		n := 0
+		for _, x := range acts {
+			if x.Kind == "cpu" {
+				cpu += time.Duration(min(x.EndNs, r.t1) - max(x.StartNs, r.t0))
+				n++
+			}
+		}
+		t.Logf("thread %d burnt %v: %d on-CPU intervals, %v", r.tid, r.cpu, n, cpu)
+		if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.25 || n < turns {
+			t.Errorf("thread %d: %d on-CPU intervals, %v, want ≥ %d and the %v burnt (-10%%, +25%%)", r.tid, n, cpu, turns, r.cpu)
+		}
+	}
+	t.Logf("%d runs recorded with the next thread's off-CPU interval", handoffs)
+	if handoffs < turns {
+		t.Errorf("%d runs recorded with the next thread's off-CPU interval, want ≥ %d of the %d turns", handoffs, turns, 2*turns)
+	}
+}
+
 // stepWallClock moves the system's wall clock by d, as a virtual machine's
 // clock being set does.
 func stepWallClock(t *testing.T, d time.Duration) {

@@ -27,6 +27,9 @@ type accountAcctEvent struct {
 	Ino         uint64
 	KstackBytes int32
 	Flags       uint32
+	RanPid      uint32
+	RanTid      uint32
+	RanStart    uint64
 	Kstack      [12]uint64
 }
 
