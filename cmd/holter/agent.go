@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
 )
@@ -117,14 +116,14 @@ func (c *client) query(ctx context.Context, q string) (*store.Result, error) {
 	return &res, err
 }
 
-func (c *client) setVital(ctx context.Context, name string, on bool) (*recorder.Status, error) {
-	var st recorder.Status
+func (c *client) setVital(ctx context.Context, name string, on bool) (*agentStatus, error) {
+	var st agentStatus
 	err := c.do(ctx, http.MethodPost, fmt.Sprintf("/api/vitals/%s?enabled=%t", url.PathEscape(name), on), nil, &st)
 	return &st, err
 }
 
-func (c *client) status(ctx context.Context) (*recorder.Status, error) {
-	var st recorder.Status
+func (c *client) status(ctx context.Context) (*agentStatus, error) {
+	var st agentStatus
 	err := c.do(ctx, http.MethodGet, "/api/status", nil, &st)
 	return &st, err
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/holter-dev/holter/internal/clickhouse"
-	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
@@ -62,7 +61,7 @@ func (a *fleetAgent) stop() {
 }
 
 // status asks the agent's API (from the root namespace, with the token).
-func (a *fleetAgent) status(t *testing.T) *recorder.Status {
+func (a *fleetAgent) status(t *testing.T) *agentStatus {
 	t.Helper()
 	c := newClient(a.api, fleetToken)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -152,8 +153,21 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	defer rec.Close()
 
-	status := rec.Status
+	// Request tracing starts after the API does; its state joins the
+	// status once it runs.
+	var tracingNow atomic.Pointer[tracing]
 	var exporter *export.Exporter
+	status := func() any {
+		s := agentStatus{Status: rec.Status()}
+		if exporter != nil {
+			es := exporter.Status()
+			s.Export = &es
+		}
+		if t := tracingNow.Load(); t != nil {
+			s.Requests = t.status()
+		}
+		return s
+	}
 	if exportOpts != nil {
 		exportOpts.Store, exportOpts.Host, exportOpts.Logf = st, cfg.Host, logf
 		exportOpts.SpoolDir = filepath.Join(*data, "export-spool")
@@ -167,12 +181,6 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			exporter.Run(shipCtx)
 		}()
 		defer func() { stopShipping(); <-shipped }()
-		status = func() recorder.Status {
-			s := rec.Status()
-			es := exporter.Status()
-			s.Export = &es
-			return s
-		}
 		logf("exporting to %s (database %s), spool in %s", exportOpts.Client.URL(), exportOpts.Client.Database(), exportOpts.SpoolDir)
 	}
 
@@ -219,6 +227,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer tr.stop()
+	tracingNow.Store(tr)
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time

@@ -49,7 +49,14 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func printStatus(w io.Writer, s *recorder.Status) {
+// agentStatus is what a recorder's /api/status answers: the recorder's,
+// and request tracing's once it runs.
+type agentStatus struct {
+	recorder.Status
+	Requests *requestsStatus `json:"requests,omitempty"`
+}
+
+func printStatus(w io.Writer, s *agentStatus) {
 	fmt.Fprintf(w, "host %s, recording since %s, epochs of %s\n", s.Host, s.Started.Format("2006-01-02 15:04:05 UTC"), s.Epoch)
 	budget := "no budget"
 	if s.BudgetPercent > 0 {
@@ -101,6 +108,31 @@ func printStatus(w io.Writer, s *recorder.Status) {
 		}
 		if x.LastError != "" {
 			fmt.Fprintf(w, "export: last error at %s: %s\n", x.LastErrorAt.Format("15:04:05"), x.LastError)
+		}
+	}
+	if r := s.Requests; r != nil {
+		printRequestsStatus(w, r)
+	}
+}
+
+func printRequestsStatus(w io.Writer, r *requestsStatus) {
+	if o := r.OTLP; o != nil {
+		fmt.Fprintf(w, "OTLP: %d exports, %d spans stored in %d commits, %d spans rejected, %d exports refused, %d spans waiting to commit\n",
+			o.Requests, o.SpansAccepted, o.Commits, o.SpansRejected, o.Refused, o.QueuedSpans)
+		if o.CommitErrors > 0 {
+			fmt.Fprintf(w, "OTLP: %d commits failed (the exporters were told to retry; see the recorder's log)\n", o.CommitErrors)
+		}
+	}
+	if a := r.Accounting; a != nil {
+		attached := "attached"
+		if !a.Attached {
+			attached = "not attached (no process to account)"
+		}
+		fmt.Fprintf(w, "kernel accounting: %s; %d processes (%d from their exec, %d exec rules), %d records, %d intervals committed, %d dropped (of threads no span named)\n",
+			attached, a.Tracked, a.FromExec, a.Rules, a.Records, a.Committed, a.Dropped)
+		if a.Lost > 0 || a.IOLost > 0 || a.Refused > 0 {
+			fmt.Fprintf(w, "kernel accounting: %d records lost (ring buffer full), %d block requests not followed (in-flight map full), %d processes not tracked (tracked map full): spans of their threads are charged less than they used\n",
+				a.Lost, a.IOLost, a.Refused)
 		}
 	}
 }

@@ -222,6 +222,30 @@ func orOff(addr string) string {
 	return addr
 }
 
+// requestsStatus is request tracing's part of a recorder's status.
+type requestsStatus struct {
+	// OTLP is what the receivers took; nil when both are off.
+	OTLP *otlp.Stats `json:"otlp,omitempty"`
+	// Accounting is the kernel accounting's; nil when it is off.
+	Accounting *account.Stats `json:"accounting,omitempty"`
+}
+
+func (t *tracing) status() *requestsStatus {
+	var s requestsStatus
+	if t.receiver != nil {
+		o := t.receiver.Stats()
+		s.OTLP = &o
+	}
+	if t.acct != nil {
+		a := t.acct.Stats()
+		s.Accounting = &a
+	}
+	if s.OTLP == nil && s.Accounting == nil {
+		return nil
+	}
+	return &s
+}
+
 // stop answers the exports in flight, then stops accounting.
 func (t *tracing) stop() {
 	if t.receiver != nil {

@@ -153,6 +153,8 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
+	checkTracingStatus(t, bin, dir, 7*(len(reads)+len(writes)))
+
 	path := func(id string) *requests.Path { return tracePath(t, bin, "--data", dir, id) }
 	find := func(n *requests.Node, service, op string) *requests.Node { return findSpan(t, n, service, op) }
 
@@ -417,4 +419,30 @@ func TestDemoFirstRequestAccountedFromExec(t *testing.T) {
 	}
 	t.Logf("first request %s: middle burnt %v, charged %v; storage %v bytes of block I/O", first.TraceID[:8], burn,
 		time.Duration(mid.Kernel.SelfCPUNs), st.IOBytes)
+}
+
+// checkTracingStatus checks that the recorder's status (holter status, and
+// its JSON) tells what request tracing took: at least spans spans stored,
+// and the kernel accounting of the demo's processes, with nothing lost.
+func checkTracingStatus(t *testing.T, bin, dir string, spans int) {
+	t.Helper()
+	out, errOut, code := runHolter(t, bin, "status", "--data", dir, "--json")
+	var st agentStatus
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Requests == nil ||
+		st.Requests.OTLP == nil || st.Requests.Accounting == nil {
+		t.Fatalf("status --json: exit %d (%v), no request tracing in it:\n%s%s", code, err, out, errOut)
+	}
+	o, a := st.Requests.OTLP, st.Requests.Accounting
+	if o.SpansAccepted < uint64(spans) || o.Commits == 0 || o.Refused != 0 || o.CommitErrors != 0 {
+		t.Errorf("OTLP status %+v, want ≥ %d spans stored, none refused", *o, spans)
+	}
+	if !a.Attached || a.Tracked < 3 || a.Records == 0 || a.Committed == 0 || a.Lost != 0 || a.IOLost != 0 {
+		t.Errorf("accounting status %+v, want attached, ≥ 3 processes, records committed, none lost", *a)
+	}
+	out, _, code = runHolter(t, bin, "status", "--data", dir)
+	t.Logf("holter status:\n%s", out)
+	if code != 0 || !strings.Contains(out, "\nOTLP: ") || !strings.Contains(out, "\nkernel accounting: attached; ") ||
+		strings.Contains(out, "ring buffer full") {
+		t.Errorf("status does not tell request tracing's state:\n%s", out)
+	}
 }

@@ -135,6 +135,7 @@ type Accountant struct {
 	// watermark: every interval that ended before it is committed.
 	watermark int64
 	stats     Stats
+	reported  Stats // losses already logged (reportLosses)
 	// recent: the exact intervals of the last opts.Recent, per thread;
 	// recentN in all.
 	recent  map[[2]uint32]*recentThread
@@ -441,11 +442,29 @@ func (a *Accountant) Run(ctx context.Context) error {
 		if err := a.flush(); err != nil {
 			a.opts.Logf("accounting: %v", err)
 		}
+		a.reportLosses()
 		a.forgetExited()
 		if stopping {
 			return nil
 		}
 	}
+}
+
+// reportLosses logs what the kernel side could not record since it last
+// did, as bpftrace reports lost events: spans of those threads are
+// charged less than they used.
+func (a *Accountant) reportLosses() {
+	s := a.Stats()
+	if d := s.Lost - a.reported.Lost; d > 0 {
+		a.opts.Logf("accounting: %d records lost (ring buffer full, %d in all): spans of their threads are charged less than they used", d, s.Lost)
+	}
+	if d := s.IOLost - a.reported.IOLost; d > 0 {
+		a.opts.Logf("accounting: %d block requests not followed (%d in flight at most, %d in all): their I/O is not charged", d, a.objs.IoInflight.MaxEntries(), s.IOLost)
+	}
+	if d := s.Refused - a.reported.Refused; d > 0 {
+		a.opts.Logf("accounting: %d processes not tracked (%d tracked at most, %d in all)", d, MaxTracked, s.Refused)
+	}
+	a.reported = s
 }
 
 // heldRow is a row of a thread no span has named yet.

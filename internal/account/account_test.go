@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -552,6 +553,47 @@ func TestTrackedThreadsTakingTurnsOnOneCPU(t *testing.T) {
 	t.Logf("%d runs recorded with the next thread's off-CPU interval", handoffs)
 	if handoffs < turns {
 		t.Errorf("%d runs recorded with the next thread's off-CPU interval, want ≥ %d of the %d turns", handoffs, turns, 2*turns)
+	}
+}
+
+// Processes past what the tracked map holds are refused, and the next
+// flush says so in the log, once. (These pids have no process: the flush
+// after forgets them.)
+func TestReportsProcessesItCouldNotTrack(t *testing.T) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	var mu sync.Mutex
+	var logged []string
+	a, stop := startAccountant(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 50 * time.Millisecond,
+		Logf: func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			logged = append(logged, fmt.Sprintf(format, args...))
+		}})
+	// Pids past any pid_max (2^22): no process has them.
+	var pids []uint32
+	for i := 0; i < MaxTracked+3; i++ {
+		pids = append(pids, 1<<30+uint32(i))
+	}
+	if err := a.Track(pids...); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	if s := a.Stats(); s.Refused != 3 {
+		t.Errorf("%d processes refused, want 3", s.Refused)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var reports []string
+	for _, l := range logged {
+		if strings.Contains(l, "not tracked") {
+			reports = append(reports, l)
+		}
+	}
+	want := fmt.Sprintf("accounting: 3 processes not tracked (%d tracked at most, 3 in all)", MaxTracked)
+	if len(reports) != 1 || reports[0] != want {
+		t.Errorf("reports %q, want one: %q", reports, want)
 	}
 }
 

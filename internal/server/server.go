@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/ui"
 )
@@ -33,7 +32,7 @@ type Options struct {
 	Token string
 	Store Querier
 	// Status reports the recorder; nil when serving a stored recording.
-	Status func() recorder.Status
+	Status func() any
 	// SetVital starts or stops one vital; nil when serving a stored recording.
 	SetVital func(name string, on bool) error
 	// AddRun adds a run to the catalog; nil when serving a stored recording.

@@ -58,7 +58,7 @@ func get(t *testing.T, req *http.Request) (int, map[string]any) {
 }
 
 func TestEndpoints(t *testing.T) {
-	base := startServer(t, Options{Status: func() recorder.Status { return recorder.Status{Host: "h", CurrentEpoch: 7} }})
+	base := startServer(t, Options{Status: func() any { return recorder.Status{Host: "h", CurrentEpoch: 7} }})
 	q := func(sql string) string { return base + "/api/query?q=" + url.QueryEscape(sql) }
 	newReq := func(method, u, body string) *http.Request {
 		r, _ := http.NewRequest(method, u, strings.NewReader(body))
@@ -176,7 +176,7 @@ func TestToken(t *testing.T) {
 	if _, err := Listen(Options{Addr: "0.0.0.0:0"}); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("non-loopback address without a token: %v", err)
 	}
-	base := startServer(t, Options{Addr: "0.0.0.0:0", Token: "s3cret", Status: func() recorder.Status { return recorder.Status{} }})
+	base := startServer(t, Options{Addr: "0.0.0.0:0", Token: "s3cret", Status: func() any { return recorder.Status{} }})
 	base = strings.Replace(base, "0.0.0.0", "127.0.0.1", 1)
 	for _, c := range []struct {
 		auth string
