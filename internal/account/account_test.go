@@ -556,6 +556,77 @@ func TestTrackedThreadsTakingTurnsOnOneCPU(t *testing.T) {
 	}
 }
 
+// Two tracked threads handing a byte back and forth over pipes on one CPU
+// switch some hundred thousand times a second: read only at each commit
+// (FlushEvery, 3 s here), the 16 MiB ring buffer would overflow; drained
+// every DrainEvery, it loses nothing.
+func TestDrainsTheRingBetweenCommits(t *testing.T) {
+	testutil.RequireRoot(t)
+	st := openStore(t)
+	a, stop, _ := accountSelf(t, Options{Host: "h", Write: st.WriteThreadActivity, FlushEvery: 3 * time.Second,
+		Recent: time.Second, Summarize: true})
+	before := a.Stats()
+	var p1, p2 [2]int
+	if err := unix.Pipe(p1[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Pipe(p2[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, fd := range []int{p1[0], p1[1], p2[0], p2[1]} {
+			unix.Close(fd)
+		}
+	}()
+	const runFor = 3 * time.Second
+	var wg sync.WaitGroup
+	// Each reads a byte from in and writes it to out until in closes.
+	relay := func(in, out int, first bool) {
+		defer wg.Done()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var cpu0 unix.CPUSet
+		cpu0.Set(0)
+		unix.SchedSetaffinity(0, &cpu0)
+		b := []byte{1}
+		if first {
+			for end := time.Now().Add(runFor); time.Now().Before(end); {
+				if _, err := unix.Write(out, b); err != nil {
+					break
+				}
+				if _, err := unix.Read(in, b); err != nil {
+					break
+				}
+			}
+			unix.Close(out) // the other's read ends
+			return
+		}
+		for {
+			if n, err := unix.Read(in, b); n != 1 || err != nil {
+				return
+			}
+			if _, err := unix.Write(out, b); err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(2)
+	go relay(p2[0], p1[1], true)
+	go relay(p1[0], p2[1], false)
+	wg.Wait()
+	stop()
+	s := a.Stats()
+	records, lost := s.Records-before.Records, s.Lost-before.Lost
+	t.Logf("%d records in %v (%.0f a second), %d lost", records, runFor, float64(records)/runFor.Seconds(), lost)
+	// The premise: more records than the ring holds in a commit period.
+	if capacity := uint64(16<<20) / (uint64(recordHeader) + 8); records*uint64(time.Second)/uint64(runFor)*3 < capacity {
+		t.Fatalf("%d records in %v: too few to fill the ring's %d in a commit period", records, runFor, capacity)
+	}
+	if lost != 0 {
+		t.Errorf("%d of %d records lost", lost, records+lost)
+	}
+}
+
 // Processes past what the tracked map holds are refused, and the next
 // flush says so in the log, once. (These pids have no process: the flush
 // after forgets them.)
