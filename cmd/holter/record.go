@@ -198,7 +198,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			}
 			return nil
 		}
-		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: status, SetVital: setVital, AddRun: func(ctx context.Context, r store.Run) error {
+		metrics := func(w io.Writer) {
+			if t := tracingNow.Load(); t != nil {
+				if s := t.status(); s != nil {
+					s.writeMetrics(w)
+				}
+			}
+		}
+		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: status, Metrics: metrics, SetVital: setVital, AddRun: func(ctx context.Context, r store.Run) error {
 			// A run happened on the host this recorder records: its
 			// metrics are that host's samples over the run's range.
 			if r.Host == "" {

@@ -117,7 +117,7 @@ func printStatus(w io.Writer, s *agentStatus) {
 
 func printRequestsStatus(w io.Writer, r *requestsStatus) {
 	if o := r.OTLP; o != nil {
-		fmt.Fprintf(w, "OTLP: %d exports, %d spans stored in %d commits, %d spans rejected, %d exports refused, %d spans waiting to commit\n",
+		fmt.Fprintf(w, "OTLP: %d exports, %d spans stored in %d commits, %d spans rejected, %d exports refused while overloaded, %d spans waiting to commit\n",
 			o.Requests, o.SpansAccepted, o.Commits, o.SpansRejected, o.Refused, o.QueuedSpans)
 		if o.CommitErrors > 0 {
 			fmt.Fprintf(w, "OTLP: %d commits failed (the exporters were told to retry; see the recorder's log)\n", o.CommitErrors)

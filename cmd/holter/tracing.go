@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -244,6 +245,32 @@ func (t *tracing) status() *requestsStatus {
 		return nil
 	}
 	return &s
+}
+
+// writeMetrics writes s's counters in Prometheus text: what a scraper of
+// /metrics watches to see spans refused or kernel records lost.
+func (s *requestsStatus) writeMetrics(w io.Writer) {
+	metric := func(name, typ, help string, v uint64) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help, name, typ, name, v)
+	}
+	if o := s.OTLP; o != nil {
+		metric("holter_otlp_exports_total", "counter", "OTLP export requests received.", o.Requests)
+		metric("holter_otlp_spans_stored_total", "counter", "Spans committed to the store, then acknowledged.", o.SpansAccepted)
+		metric("holter_otlp_spans_rejected_total", "counter", "Malformed spans rejected (OTLP partial success).", o.SpansRejected)
+		metric("holter_otlp_exports_refused_total", "counter", "Export requests refused while overloaded (the exporters retry them).", o.Refused)
+		metric("holter_otlp_commits_total", "counter", "Commits of received spans.", o.Commits)
+		metric("holter_otlp_commit_errors_total", "counter", "Commits of received spans that failed (the exporters retry them).", o.CommitErrors)
+		metric("holter_otlp_spans_queued", "gauge", "Spans received and waiting for their commit.", uint64(o.QueuedSpans))
+	}
+	if a := s.Accounting; a != nil {
+		metric("holter_accounting_processes", "gauge", "Processes whose threads the kernel accounting follows.", uint64(a.Tracked))
+		metric("holter_accounting_records_total", "counter", "Records of the kernel accounting's BPF programs.", a.Records)
+		metric("holter_accounting_records_lost_total", "counter", "Records lost to a full ring buffer: their threads' spans are charged less than they used.", a.Lost)
+		metric("holter_accounting_io_lost_total", "counter", "Block requests not followed (in-flight map full): their I/O is not charged.", a.IOLost)
+		metric("holter_accounting_processes_refused_total", "counter", "Processes not tracked (tracked map full).", a.Refused)
+		metric("holter_accounting_intervals_committed_total", "counter", "Thread intervals committed to the store.", a.Committed)
+		metric("holter_accounting_intervals_dropped_total", "counter", "Intervals of threads no span named, dropped.", a.Dropped)
+	}
 }
 
 // stop answers the exports in flight, then stops accounting.

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -438,6 +440,28 @@ func checkTracingStatus(t *testing.T, bin, dir string, spans int) {
 	}
 	if !a.Attached || a.Tracked < 3 || a.Records == 0 || a.Committed == 0 || a.Lost != 0 || a.IOLost != 0 {
 		t.Errorf("accounting status %+v, want attached, ≥ 3 processes, records committed, none lost", *a)
+	}
+	// The same counters on /metrics, for a Prometheus scraper.
+	info, ok := readAgentInfo(dir)
+	if !ok {
+		t.Fatalf("no recorder API recorded in %s", dir)
+	}
+	resp, err := http.Get("http://" + info.API + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"\nholter_otlp_spans_stored_total ", "\nholter_accounting_records_lost_total 0\n",
+		"\nholter_accounting_processes ", "\nholter_spans_total{"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %q:\n%s", strings.TrimSpace(want), body)
+		}
+	}
+	if m := regexp.MustCompile(`(?m)^holter_otlp_spans_stored_total (\d+)$`).FindStringSubmatch(string(body)); m == nil {
+		t.Errorf("/metrics: no holter_otlp_spans_stored_total")
+	} else if n, _ := strconv.Atoi(m[1]); n < spans {
+		t.Errorf("/metrics: holter_otlp_spans_stored_total %d, want ≥ %d", n, spans)
 	}
 	out, _, code = runHolter(t, bin, "status", "--data", dir)
 	t.Logf("holter status:\n%s", out)

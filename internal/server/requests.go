@@ -3,12 +3,12 @@ package server
 import (
 	"bytes"
 	"errors"
-	"github.com/holter-dev/holter/internal/store"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/holter-dev/holter/internal/requests"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 // registerRequests serves request tracing: a trace's causal path, a
@@ -79,6 +79,9 @@ func registerRequests(mux *http.ServeMux, opts Options) {
 		if err := requests.WriteMetrics(r.Context(), store.Plain(opts.Store), &buf); err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
+		}
+		if opts.Metrics != nil {
+			opts.Metrics(&buf)
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		w.Write(buf.Bytes())

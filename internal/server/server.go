@@ -33,6 +33,10 @@ type Options struct {
 	Store Querier
 	// Status reports the recorder; nil when serving a stored recording.
 	Status func() any
+	// Metrics writes the recorder's own counters in Prometheus text,
+	// after the virtual counters on /metrics; nil when serving a stored
+	// recording.
+	Metrics func(w io.Writer)
 	// SetVital starts or stops one vital; nil when serving a stored recording.
 	SetVital func(name string, on bool) error
 	// AddRun adds a run to the catalog; nil when serving a stored recording.
