@@ -927,3 +927,67 @@ func TestActivitySkipsEarlierReads(t *testing.T) {
 	check(170, 400, 105, 160, 210, 260)
 	check(250, 400, 260)
 }
+
+// A thread's interval log keeps its intervals in order across chunks as
+// they are appended and forgotten from the front, down to none.
+func TestIntervalLog(t *testing.T) {
+	var l intervalLog
+	next, first := int64(0), int64(0) // next to append, first kept
+	add := func(n int) {
+		for i := 0; i < n; i++ {
+			l.append(recentInterval{start: next})
+			next++
+		}
+	}
+	check := func(step string) {
+		t.Helper()
+		if l.len() != int(next-first) {
+			t.Fatalf("%s: %d kept, want %d", step, l.len(), next-first)
+		}
+		for i := 0; i < l.len(); i++ {
+			if got := l.at(i).start; got != first+int64(i) {
+				t.Fatalf("%s: interval %d is %d, want %d", step, i, got, first+int64(i))
+			}
+		}
+		if full := l.len() + l.off; len(l.chunks) != (full+intervalChunk-1)/intervalChunk {
+			t.Fatalf("%s: %d chunks for %d intervals at offset %d", step, len(l.chunks), l.len(), l.off)
+		}
+	}
+	forget := func(n int) {
+		l.forget(n)
+		first += int64(n)
+	}
+	add(3*intervalChunk + 5)
+	check("appended")
+	forget(10)
+	check("forgot a few")
+	forget(intervalChunk)
+	check("forgot across a chunk")
+	add(intervalChunk - 3)
+	check("appended into a new chunk")
+	forget(l.len())
+	check("forgot all")
+	add(7)
+	check("appended after")
+}
+
+// However fast intervals come, memory keeps at most maxRecent of them, the
+// latest: here a million and a half in the last second of a minute kept.
+func TestRecentIntervalsBounded(t *testing.T) {
+	a := &Accountant{opts: Options{Host: "h", Recent: time.Minute}, recent: map[[2]uint32]*recentThread{},
+		since: map[uint32]int64{1: 0}, stackNames: [][]string{nil}}
+	const n, now = maxRecent * 3 / 2, int64(100e9)
+	for i := 0; i < n; i++ {
+		end := uint64(now) - uint64(time.Second) + uint64(i)*uint64(time.Second)/n
+		a.remember([2]uint32{1, uint32(2 + i%2)}, &accountAcctEvent{Kind: kindCPU, Pid: 1, Tid: uint32(2 + i%2), Start: end - 100, End: end}, 0)
+	}
+	a.readDone(now)
+	a.forgetOldRecent(now)
+	kept := a.recent[[2]uint32{1, 2}].intervals.len() + a.recent[[2]uint32{1, 3}].intervals.len()
+	if a.recentN > maxRecent || kept != a.recentN || kept < maxRecent/4 {
+		t.Errorf("%d intervals kept (counted %d), want at most %d and not far fewer", kept, a.recentN, maxRecent)
+	}
+	if acts, ok := a.Activity("h", 1, 2, now-int64(time.Millisecond), now); !ok || len(acts) == 0 || acts[len(acts)-1].EndNs < now-int64(10*time.Microsecond) {
+		t.Errorf("the latest intervals are not kept: %d, %v", len(acts), ok)
+	}
+}

@@ -36,10 +36,55 @@ const (
 
 var recentKinds = [...]string{recentCPU: "cpu", recentRunnable: "runnable", recentBlocked: "blocked", recentIO: "io", recentDirty: "dirty"}
 
+// intervalChunk is how many intervals a full chunk of a thread's log
+// holds (160 KiB). Kept in one slice, grown by append and trimmed at the
+// front as they are forgotten, a busy thread's intervals were copied
+// whole every time appends outgrew it (every quarter of its length, the
+// way Go grows large slices). In chunks, appends copy at most a chunk,
+// and forgetting frees whole chunks.
+const intervalChunk = 4096
+
+// intervalLog is a thread's intervals in chunks: every chunk but the last
+// holds intervalChunk; the last grows by append, so a quiet thread's is
+// small.
+type intervalLog struct {
+	chunks [][]recentInterval
+	off    int // intervals forgotten from chunks[0]
+	n      int // intervals kept
+}
+
+func (l *intervalLog) len() int { return l.n }
+
+// at is the i-th interval kept.
+func (l *intervalLog) at(i int) *recentInterval {
+	i += l.off
+	return &l.chunks[i/intervalChunk][i%intervalChunk]
+}
+
+func (l *intervalLog) append(r recentInterval) {
+	if k := len(l.chunks); k == 0 || len(l.chunks[k-1]) == intervalChunk {
+		l.chunks = append(l.chunks, nil)
+	}
+	last := &l.chunks[len(l.chunks)-1]
+	*last = append(*last, r)
+	l.n++
+}
+
+// forget drops the first n intervals kept.
+func (l *intervalLog) forget(n int) {
+	l.off += n
+	l.n -= n
+	if k := l.off / intervalChunk; k > 0 {
+		clear(l.chunks[:k])
+		l.chunks = l.chunks[k:]
+		l.off -= k * intervalChunk
+	}
+}
+
 // recentThread is one thread's intervals in the order they were read,
 // which is the order they ended, but for block I/O and dirtied pages.
 type recentThread struct {
-	intervals []recentInterval
+	intervals intervalLog
 	// reads are where each flush that read some of them began in
 	// intervals: those a flush read ended before it had drained the ring,
 	// so a lookup skips the reads done before its time.
@@ -81,10 +126,10 @@ func (a *Accountant) remember(t [2]uint32, e *accountAcctEvent, offset int64) {
 		a.recent[t] = rt
 	}
 	if n := len(rt.reads); n == 0 || rt.reads[n-1].done != 0 {
-		rt.reads = append(rt.reads, recentRead{idx: len(rt.intervals)})
+		rt.reads = append(rt.reads, recentRead{idx: rt.intervals.len()})
 		a.reading = append(a.reading, rt)
 	}
-	rt.intervals = append(rt.intervals, r)
+	rt.intervals.append(r)
 	a.recentN++
 }
 
@@ -97,16 +142,23 @@ func (a *Accountant) readDone(done int64) {
 	a.reading = a.reading[:0]
 }
 
-// maxRecent bounds the intervals kept in memory (40 bytes each): past it,
-// they are kept for less than Options.Recent.
-const maxRecent = 2 << 20
+// maxRecent bounds the intervals kept in memory (40 bytes each, 40 MiB
+// in all, well under the recorder's memory limit): past it, they are kept
+// for less than Options.Recent.
+const maxRecent = 1 << 20
 
-// forgetOldRecent drops the intervals older than Options.Recent, or
-// younger ones if there are more than maxRecent; a.mu is held.
+// forgetOldRecent drops the intervals older than Options.Recent, and
+// younger ones, halving the time kept, while there are more than
+// maxRecent; a.mu is held. (Cutting in proportion to how many there were
+// kept them all when a load had begun within Options.Recent: 2.6 million,
+// 103 MiB, and the recorder's collector running without pause against its
+// memory limit.)
 func (a *Accountant) forgetOldRecent(now int64) {
-	a.forgetRecent(now - int64(a.opts.Recent))
-	if a.recentN > maxRecent {
-		a.forgetRecent(now - int64(a.opts.Recent)*maxRecent/int64(a.recentN))
+	keep := int64(a.opts.Recent)
+	a.forgetRecent(now - keep)
+	for a.recentN > maxRecent && keep > 0 {
+		keep /= 2
+		a.forgetRecent(now - keep)
 	}
 }
 
@@ -114,20 +166,19 @@ func (a *Accountant) forgetOldRecent(now int64) {
 func (a *Accountant) forgetRecent(cut int64) {
 	for t, rt := range a.recent {
 		n := 0
-		for n < len(rt.intervals) && rt.intervals[n].end < cut {
-			rt.from = max(rt.from, rt.intervals[n].end+1)
+		for n < rt.intervals.len() && rt.intervals.at(n).end < cut {
+			rt.from = max(rt.from, rt.intervals.at(n).end+1)
 			n++
 		}
 		a.recentN -= n
-		if n == len(rt.intervals) {
+		if n == rt.intervals.len() {
 			if _, tracked := a.since[t[0]]; !tracked || rt.from < cut-int64(a.opts.Recent) {
 				delete(a.recent, t) // quiet for as long again: forgotten
 				continue
 			}
 		}
 		if n > 0 {
-			// Moved to a new array as appends outgrow it.
-			rt.intervals = rt.intervals[n:]
+			rt.intervals.forget(n)
 			k := 0 // reads wholly forgotten
 			for k+1 < len(rt.reads) && rt.reads[k+1].idx <= n {
 				k++
@@ -160,19 +211,19 @@ func (a *Accountant) Activity(host string, pid, tid uint32, lo, hi int64) ([]sto
 	}
 	// The first read that may hold an interval ending at lo or later.
 	j := sort.Search(len(rt.reads), func(j int) bool { return rt.reads[j].done == 0 || rt.reads[j].done >= lo })
-	first := len(rt.intervals)
+	first := rt.intervals.len()
 	if j < len(rt.reads) {
 		first = rt.reads[j].idx
 	}
 	n := 0
-	for i := first; i < len(rt.intervals); i++ {
-		if r := &rt.intervals[i]; r.end >= lo && r.start < hi {
+	for i := first; i < rt.intervals.len(); i++ {
+		if r := rt.intervals.at(i); r.end >= lo && r.start < hi {
 			n++
 		}
 	}
 	out := make([]store.ThreadActivity, 0, n)
-	for i := first; i < len(rt.intervals); i++ {
-		r := &rt.intervals[i]
+	for i := first; i < rt.intervals.len(); i++ {
+		r := rt.intervals.at(i)
 		if r.end < lo || r.start >= hi {
 			continue
 		}
