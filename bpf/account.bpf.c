@@ -266,7 +266,7 @@ const volatile __u64 kstack_min_ns = 0;
  * the network, so a thread's sleeps alternate between kinds its process
  * has seen many times. The time bound keeps a busy server's hot kinds
  * (hundreds of sleeps a second each) at a stack a second: on the demo
- * system (some 60 kinds), refreshes every 100 ms were a quarter of what
+ * system, refreshes every 100 ms were a fifth to a quarter of what
  * its context switches cost, 150-200 ns of 700-900 a switch.
  */
 #define STACK_REFRESH 16
