@@ -89,7 +89,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 		return nil, usagef("--account-comm and --account-exe need --account")
 	}
 	if *f.account {
-		t.acct, err = account.New(account.Options{Host: hostname(), Write: st.WriteThreadActivity, Logf: logf,
+		t.acct, err = account.New(account.Options{Host: host, Write: st.WriteThreadActivity, Logf: logf,
 			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
 			HoldUnnamed: holdUnnamed, Recent: recentActivity, Summarize: true})
 		if err != nil {

@@ -313,7 +313,10 @@ func startDemo(t *testing.T, burn, batch string, extra ...string) *demoSystem {
 	d := &demoSystem{bin: testutil.BuildHolter(t), demo: buildDemo(t), dir: t.TempDir()}
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	d.httpAddr = httpAddr
-	args := []string{"--data", d.dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr}
+	// A host name of its own (--host, as fleets name their recorders):
+	// spans and kernel intervals are both that host's.
+	args := []string{"--data", d.dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr,
+		"--host", "demo-host"}
 	for _, x := range extra {
 		args = append(args, strings.ReplaceAll(x, "DEMO", d.demo))
 	}
