@@ -333,18 +333,19 @@ func TestTracksProcessesFromExec(t *testing.T) {
 	for _, c := range children {
 		out, err := st.Query(context.Background(), fmt.Sprintf(`SELECT
 			(SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM thread_activity WHERE kind = 'cpu' AND pid IN (%d, %[2]d)),
-			(SELECT count(*) FROM thread_activity WHERE kind = 'cpu' AND pid = %[2]d)`, c.pid, c.shPid))
+			(SELECT count(*) FROM thread_activity WHERE kind = 'cpu' AND pid = %[2]d),
+			(SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM thread_activity WHERE kind = 'cpu' AND pid = %[2]d)`, c.pid, c.shPid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		cpu, shRuns := out.Rows[0][0].(int64), out.Rows[0][1].(int64)
+		cpu, shRuns, shCPU := out.Rows[0][0].(int64), out.Rows[0][1].(int64), time.Duration(out.Rows[0][2].(int64))
 		since, ok := a.Since(a.opts.Host, c.pid)
 		if _, elsewhere := a.Since("elsewhere", c.pid); elsewhere {
 			t.Errorf("process %d of another host is accounted here", c.pid)
 		}
 		// The rusage wait returns includes the shell it waited for.
-		t.Logf("process %d and its shell: rusage cpu %v, recorded %v; the shell %d ran %d times; accounted since start+%v",
-			c.pid, c.cpu, time.Duration(cpu), c.shPid, shRuns, time.Duration(since-c.started))
+		t.Logf("process %d and its shell: rusage cpu %v, recorded %v; the shell %d ran %d times, %v; accounted since start+%v",
+			c.pid, c.cpu, time.Duration(cpu), c.shPid, shRuns, shCPU, time.Duration(since-c.started))
 		// On-CPU intervals from sched_switch include the interrupts served
 		// while the thread was current, which rusage leaves out: on a busy
 		// machine that is several percent (one run: 1.11).
