@@ -229,7 +229,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		defer os.Remove(filepath.Join(*data, agentFile))
 		logf("UI and API on http://%s", srv.Addr())
 	}
-	tr, err := startTracing(st, tf, cfg.Host, logf)
+	tr, err := startTracing(st, tf, cfg.Host, rec.Kernel(), logf)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/holter-dev/holter/internal/otlp"
 	"github.com/holter-dev/holter/internal/requests"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/symbol"
 )
 
 // tracingFlags configure request tracing in `holter record`.
@@ -55,7 +56,7 @@ type tracing struct {
 
 // startTracing starts receiving spans, tagged with host (the recorder's
 // --host), and accounting them.
-func startTracing(st *store.Store, f tracingFlags, host string, logf func(string, ...any)) (*tracing, error) {
+func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.Kernel, logf func(string, ...any)) (*tracing, error) {
 	retain, err := parseAge(*f.retainSpans)
 	if err != nil {
 		return nil, usagef("--retain-spans: %v", err)
@@ -91,7 +92,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, logf func(string
 	if *f.account {
 		t.acct, err = account.New(account.Options{Host: host, Write: st.WriteThreadActivity, Logf: logf,
 			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
-			HoldUnnamed: holdUnnamed, Recent: recentActivity, Summarize: true})
+			HoldUnnamed: holdUnnamed, Recent: recentActivity, Summarize: true, Kernel: kernel})
 		if err != nil {
 			if rules {
 				cancel()

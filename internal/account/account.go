@@ -73,6 +73,9 @@ type Options struct {
 	// I/O, dirtying and write-back stay exact. It takes Recent, which
 	// keeps the exact intervals spans are charged from.
 	Summarize bool
+	// Kernel resolves blocking sites; nil loads /proc/kallsyms (a
+	// recorder's, shared, saves reading the table twice).
+	Kernel *symbol.Kernel
 }
 
 // DefaultKStackMin is the shortest interruptible sleep whose kernel stack
@@ -229,8 +232,10 @@ func New(opts Options) (*Accountant, error) {
 		return nil, fmt.Errorf("open accounting ring buffer: %w", err)
 	}
 	a.reader = rd
-	if a.kernel, err = symbol.LoadKernel("/proc/kallsyms"); err != nil {
-		opts.Logf("kernel symbols unavailable, blocking sites keep their addresses: %v", err)
+	if a.kernel = opts.Kernel; a.kernel == nil {
+		if a.kernel, err = symbol.LoadKernel("/proc/kallsyms"); err != nil {
+			opts.Logf("kernel symbols unavailable, blocking sites keep their addresses: %v", err)
+		}
 	}
 	a.watermark = time.Now().UnixNano()
 	for _, c := range comms {

@@ -413,6 +413,10 @@ func (r *Recorder) detachLocked(v Vital) error {
 	return err
 }
 
+// Kernel is the kernel symbol table the recorder resolves stacks with, nil
+// when /proc/kallsyms could not be read; it is immutable.
+func (r *Recorder) Kernel() *symbol.Kernel { return r.kernel }
+
 // Status returns a snapshot of what is being recorded.
 func (r *Recorder) Status() Status {
 	r.mu.Lock()
