@@ -65,6 +65,9 @@
 # on/sink is what holter adds to it: ingest, storage and kernel accounting.
 #
 #   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
+for tool in bpftool python3 taskset; do
+	command -v $tool >/dev/null || { echo "tracing-overhead: needs $tool (apt-get install bpftool python3 util-linux)" >&2; exit 1; }
+done
 source "$(dirname "$0")/lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; stop_recorder; remove_work' EXIT
 ROUNDS=${ROUNDS:-9}
