@@ -451,15 +451,6 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 	// the rest of the process, and attaching programs apart from it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			r.reader.Flush() // wakes the read below
-		case <-done:
-		}
-	}()
 	if err := r.advance(0); err != nil { // now with the attached vitals enabled
 		return err
 	}
@@ -470,6 +461,9 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 	c := r.startCommitter(sink)
 	ep := r.newEpoch(0, r.cfg.FirstEpoch, time.Now())
 	var rec ringbuf.Record
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	empty := true
 	for {
 		boundary := ep.start.Add(r.cfg.Epoch)
 		deadline := time.Now().Add(pollInterval)
@@ -479,7 +473,22 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		if due := r.probeDue(); !due.IsZero() && due.Before(deadline) {
 			deadline = due
 		}
-		r.reader.SetDeadline(deadline)
+		// The samples come without wake-ups, so the ring is read when the
+		// deadline comes. The wait is a Go timer's, not the reader's: a
+		// goroutine blocked in epoll_wait holds its P in a system call,
+		// and the runtime's monitor thread, retaking it every poll, kept
+		// waking every 20 µs; idle, the recorder made 150 nanosleep calls
+		// a second instead of 70, and used a tenth more CPU (perf stat).
+		// A ring left full is read on at once.
+		if empty {
+			timer.Reset(time.Until(deadline))
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		r.reader.SetDeadline(time.Now()) // read what is there, without waiting
+		empty = false
 		for n := 1; ; n++ {
 			err := r.reader.ReadInto(&rec)
 			if err == nil {
@@ -492,7 +501,8 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 				}
 				continue
 			}
-			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				empty = true
 				break
 			}
 			return errors.Join(fmt.Errorf("read samples: %w", err), c.stop())
