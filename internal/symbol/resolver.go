@@ -38,9 +38,14 @@ type Resolver struct {
 	rereadInterval time.Duration
 	revalidate     time.Duration // see process
 
-	mu    sync.Mutex // guards procs and elfs
+	mu    sync.Mutex // guards procs, gone and elfs
 	procs *lru[uint32, *process]
-	elfs  *lru[string, *elfEntry]
+	// gone holds when pids were found not to exist: the samples of a
+	// process that exited before they were read look it up once per
+	// revalidate, not twice per sample (one recorder, idle, had 170
+	// failed opens of /proc/PID/stat a second).
+	gone *lru[uint32, time.Time]
+	elfs *lru[string, *elfEntry]
 
 	// parses counts ELF symbol tables parsed; tests use it to check the build id cache.
 	parses atomic.Int64
@@ -74,6 +79,7 @@ func NewResolver(procRoot string) *Resolver {
 		rereadInterval: defaultRereadInterval,
 		revalidate:     revalidateEvery,
 		procs:          newLRU[uint32, *process](maxProcesses),
+		gone:           newLRU[uint32, time.Time](maxProcesses),
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
 	}
 }
@@ -162,14 +168,22 @@ func (r *Resolver) process(pid uint32) *process {
 		r.mu.Unlock()
 		return p
 	}
+	if at, ok := r.gone.get(pid); ok && now.Sub(at) < r.revalidate {
+		r.mu.Unlock()
+		return nil
+	}
 	r.mu.Unlock()
 	start, err := readStartTime(r.procRoot, pid)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.procs.remove(pid)
+		if errors.Is(err, os.ErrNotExist) {
+			r.gone.add(pid, now)
+		}
 		return nil
 	}
+	r.gone.remove(pid)
 	if p, ok := r.procs.get(pid); ok && p.start == start {
 		p.validated = now
 		return p

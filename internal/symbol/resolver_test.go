@@ -357,6 +357,37 @@ func TestResolveExited(t *testing.T) {
 	}
 }
 
+// A pid found not to exist is not looked up again within the revalidation
+// window: the samples of a process that exited before they were read cost
+// one read of /proc each window, not two a sample. A process that then
+// takes the pid is resolved once the window has passed.
+func TestResolveRemembersExitedPids(t *testing.T) {
+	bin := buildC(t, "nopie", "-fno-pie", "-no-pie")
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sym = "holter_symbol_test_spin"
+	fp := fakeProc{t: t, root: t.TempDir(), pid: 4343}
+	text, addr := fixtureMapping(t, bin, sym, 0x10000000, fi.Sys().(*syscall.Stat_t).Ino, "")
+	r := NewResolver(fp.root)
+	r.revalidate = 200 * time.Millisecond
+	if f := r.Resolve(fp.pid, []uint64{addr})[0]; f != (Frame{Addr: addr}) {
+		t.Fatalf("frame of a pid with no process = %+v, want unresolved", f)
+	}
+	fp.write(1000, text, bin)
+	if f := r.Resolve(fp.pid, []uint64{addr})[0]; f.Func != "" {
+		t.Errorf("within the window, a pid found gone was looked up again: %+v", f)
+	}
+	if got := r.Exe(fp.pid); got != "" {
+		t.Errorf("within the window, Exe looked the gone pid up again: %q", got)
+	}
+	time.Sleep(r.revalidate)
+	if f := r.Resolve(fp.pid, []uint64{addr})[0]; f.Func != sym {
+		t.Errorf("after the window, frame = %+v, want %s", f, sym)
+	}
+}
+
 func TestBuildIDCache(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
