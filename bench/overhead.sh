@@ -55,3 +55,29 @@ for i in $(seq "$ROUNDS"); do
 	echo "round $i: without $base, with $with, ratio $ratio"
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {printf "ping-pong throughput with/without: median %.3f (min %.3f, max %.3f)\n", a[int((NR+1)/2)], a[1], a[NR]}'
+
+[ "${ACCOUNT:-0}" = 1 ] || exit 0
+command -v bpftool >/dev/null || { echo "ACCOUNT=1 needs bpftool (apt-get install bpftool)" >&2; exit 1; }
+echo "== request accounting: ping-pong on CPU 0 followed from exec, $ROUNDS interleaved rounds of ${SECS}s"
+ratios=()
+for i in $(seq "$ROUNDS"); do
+	base=$(taskset -c 0 "$work/pingpong" "$SECS")
+	rm -rf "$work/acct"
+	"$work/holter" record --data "$work/acct" --api "" --vitals cpu --otlp-grpc 127.0.0.1:0 --otlp-http off \
+		--account-exe "$work/pingpong" 2>"$work/acct.log" &
+	rec=$!
+	for _ in $(seq 300); do grep -q '^recording host' "$work/acct.log" && break; sleep 0.1; done
+	with=$(taskset -c 0 "$work/pingpong" "$SECS")
+	stats=$(bpftool -j prog show | python3 -c '
+import json, sys
+for p in json.load(sys.stdin):
+    if p.get("name") in ("account_switch", "account_wakeup") and p.get("run_cnt"):
+        print("%s %.0f ns/call" % (p["name"], p["run_time_ns"] / p["run_cnt"]), end="; ")
+')
+	kill -INT $rec; wait $rec || true
+	ratio=$(awk -v a="$with" -v b="$base" 'BEGIN{printf "%.4f", a/b}')
+	ratios+=("$ratio")
+	extra=$(awk -v a="$with" -v b="$base" 'BEGIN{printf "%.2f", 1e6/a - 1e6/b}')
+	echo "round $i: without $base, followed $with, ratio $ratio, +$extra us a round trip; $stats"
+done
+printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {printf "followed/without: median %.3f (min %.3f, max %.3f)\n", a[int((NR+1)/2)], a[1], a[NR]}'
