@@ -42,8 +42,8 @@ type Resolver struct {
 	procs *lru[uint32, *process]
 	// gone holds when pids were found not to exist: the samples of a
 	// process that exited before they were read look it up once per
-	// revalidate, not twice per sample (one recorder, idle, had 170
-	// failed opens of /proc/PID/stat a second).
+	// revalidate, not twice per sample (Resolve and Exe each failed to
+	// open /proc/PID/stat), which short-lived processes made many.
 	gone *lru[uint32, time.Time]
 	elfs *lru[string, *elfEntry]
 
