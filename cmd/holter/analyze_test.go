@@ -168,13 +168,8 @@ func recordDirectWrite(t *testing.T, quiet, seconds int) (bin, dir string, r *re
 
 func directWrite(t *testing.T, work string, seconds int) (began, ended time.Time) {
 	t.Helper()
-	ioDir, err := os.MkdirTemp("/var/tmp", "holter-io-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(ioDir)
 	began = time.Now()
-	if out, err := exec.Command(work, filepath.Join(ioDir, "data"), fmt.Sprint(seconds)).CombinedOutput(); err != nil {
+	if out, err := exec.Command(work, filepath.Join(testutil.BlockDir(t), "data"), fmt.Sprint(seconds)).CombinedOutput(); err != nil {
 		t.Fatalf("workload: %v\n%s", err, out)
 	}
 	return began, time.Now()

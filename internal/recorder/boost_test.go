@@ -21,7 +21,7 @@ import (
 func TestBoostSamplesEachRequest(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildWorkload(t, "direct_write")
-	dir := directIODir(t)
+	dir := testutil.BlockDir(t)
 	var plainPid int
 	st := recordWhile(t, func(rec *Recorder) {
 		if err := rec.Boost(uint32(1 << 30)); err == nil || !strings.Contains(err.Error(), "no such process") {

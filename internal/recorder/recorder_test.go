@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
@@ -32,7 +31,7 @@ type workload struct {
 // through the workload's own function.
 func TestVitalsAttributeWorkloads(t *testing.T) {
 	testutil.RequireRoot(t)
-	ioDir := directIODir(t)
+	ioDir := testutil.BlockDir(t)
 	workloads := []*workload{
 		{name: "cpu_spin", args: []string{"3"}, vital: "cpu", function: "holter_cpu_spin"},
 		{name: "sched_compete", args: []string{"3"}, vital: "sched", function: "holter_sched_compete"},
@@ -206,21 +205,6 @@ func toInt(v any) int64 {
 	return n
 }
 
-// directIODir is a directory on a block device (O_DIRECT fails on tmpfs).
-func directIODir(t *testing.T) string {
-	dir := t.TempDir()
-	var fs unix.Statfs_t
-	if unix.Statfs(dir, &fs) == nil && fs.Type != unix.TMPFS_MAGIC {
-		return dir
-	}
-	dir, err := os.MkdirTemp(testutil.RepoRoot(), ".blio-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // TestSinkFailureSkipsEpoch checks that an epoch the store cannot take (a
 // full disk, say) is counted as skipped and recording goes on.
 func TestSinkFailureSkipsEpoch(t *testing.T) {
@@ -258,7 +242,7 @@ func TestSinkFailureSkipsEpoch(t *testing.T) {
 func TestStressNGProvokesEveryVital(t *testing.T) {
 	testutil.RequireRoot(t)
 	stressNG := testutil.RequireTool(t, "stress-ng")
-	dir := directIODir(t)
+	dir := testutil.BlockDir(t)
 	cmd := exec.Command(stressNG, "--timeout", "4s", "--temp-path", dir,
 		"--cpu", "1", // cpu
 		"--switch", "1", // sched

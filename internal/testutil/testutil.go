@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // InCI reports whether the tests run in CI, where nothing may be skipped.
@@ -43,6 +45,25 @@ func RequireTool(t testing.TB, name string) string {
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// BlockDir is a new directory on a file system backed by a block device,
+// removed when the test ends: the test's temporary directory unless it is
+// in memory (tmpfs serves O_DIRECT from the page cache since Linux 6.6, so
+// nothing waits for a disk there), else one under the repository.
+func BlockDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err == nil && fs.Type != unix.TMPFS_MAGIC && fs.Type != unix.RAMFS_MAGIC {
+		return dir
+	}
+	dir, err := os.MkdirTemp(RepoRoot(), ".blio-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // BuildWorkload compiles testdata/workloads/NAME.c with frame pointers, so
