@@ -327,7 +327,7 @@ func startDemo(t *testing.T, burn, batch string, extra ...string) *demoSystem {
 		stopRecording(t, d.r)
 		t.Fatalf("recorder did not start:\n%s", d.r.log)
 	}
-	storage, spid := startService(t, d.demo, "storage", "-dir", t.TempDir(), "-otlp-grpc", grpcAddr)
+	storage, spid := startService(t, d.demo, "storage", "-dir", testutil.BlockDir(t), "-otlp-grpc", grpcAddr)
 	middle, mpid := startService(t, d.demo, "middle", "-storage", storage, "-otlp-http", httpAddr, "-burn", burn, "-batch", batch)
 	front, fpid := startService(t, d.demo, "front", "-middle", middle, "-otlp-grpc", grpcAddr)
 	d.front, d.pids = front, [3]int{spid, mpid, fpid}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
