@@ -88,6 +88,13 @@ struct acct_event {
 	__u32 ran_pid;
 	__u32 ran_tid;
 	__u64 ran_start;
+	/*
+	 * cpu, and offcpu's ran interval: the time the thread executed in it
+	 * by the scheduler's clock (se.sum_exec_runtime, the thread's CPU
+	 * clock), which leaves out what the hypervisor stole from the vCPU;
+	 * 0 unknown (the whole interval).
+	 */
+	__u64 exec;
 	__u64 kstack[ACCT_KSTACK];
 };
 
@@ -121,6 +128,7 @@ struct acct_stats {
 
 struct thread_state {
 	__u64 on_ts;    /* switched in; 0 = not seen running */
+	__u64 on_exec;  /* its se.sum_exec_runtime then */
 	__u64 off_ts;   /* switched out; 0 = running or not seen */
 	__u64 wake_ts;
 	__u64 site;
@@ -336,6 +344,7 @@ static __always_inline struct acct_event *reserve(__u32 kind, __u32 tgid, __u32 
 	e->ran_pid = 0;
 	e->ran_tid = 0;
 	e->ran_start = 0;
+	e->exec = 0;
 	return e;
 }
 
@@ -384,6 +393,7 @@ static __always_inline void track(struct task_struct *t, bool running)
 	now = now_ns();
 	if (running && (ts = bpf_task_storage_get(&threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE))) {
 		ts->on_ts = now;
+		ts->on_exec = t->se.sum_exec_runtime;
 		ts->off_ts = 0;
 	}
 	if ((e = begin(ACCT_TRACK, t))) {
@@ -510,6 +520,7 @@ struct ran {
 	__u32 pid;
 	__u32 tid;
 	__u64 start;
+	__u64 exec; /* acct_event.exec */
 };
 
 /*
@@ -550,6 +561,7 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 		e->ran_pid = ran->pid;
 		e->ran_tid = ran->tid;
 		e->ran_start = ran->start;
+		e->exec = ran->exec;
 		ran->tid = 0;
 	}
 	if (stack) {
@@ -590,6 +602,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 				ran.pid = prev->tgid;
 				ran.tid = prev->pid;
 				ran.start = ts->on_ts;
+				/* brought up to date when prev was dequeued or put back */
+				ran.exec = prev->se.sum_exec_runtime - ts->on_exec;
 			}
 			flush_dirty(prev, ts);
 			ts->on_ts = 0;
@@ -616,6 +630,7 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 			if (ts->off_ts)
 				switched_in(next, ts, now, &ran);
 			ts->on_ts = now;
+			ts->on_exec = next->se.sum_exec_runtime;
 			ts->off_ts = 0;
 			ts->wake_ts = 0;
 		}
@@ -624,6 +639,7 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	if (ran.tid && (e = reserve(ACCT_CPU, ran.pid, ran.tid, ACCT_HEADER_BYTES))) {
 		e->start = ran.start;
 		e->end = now;
+		e->exec = ran.exec;
 		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	}
 	return 0;

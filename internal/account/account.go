@@ -530,7 +530,7 @@ func (a *Accountant) drain() {
 		case kindOffCPU:
 			if e.RanTid != 0 {
 				// The run of the thread switched out for this one.
-				ran := accountAcctEvent{Kind: kindCPU, Pid: e.RanPid, Tid: e.RanTid, Start: e.RanStart, End: e.End}
+				ran := accountAcctEvent{Kind: kindCPU, Pid: e.RanPid, Tid: e.RanTid, Start: e.RanStart, End: e.End, Exec: e.Exec}
 				a.interval(&ran, offset, rows, sum)
 				a.stats.Handoffs++
 			}
@@ -704,6 +704,7 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 	switch e.Kind {
 	case kindCPU:
 		t.Kind = "cpu"
+		t.Ns = e.execNs()
 	case kindOffCPU:
 		t.Kind = "runnable"
 		if e.State != 0 {
@@ -732,6 +733,16 @@ func (a *Accountant) activity(e *accountAcctEvent, offset int64) store.ThreadAct
 		t.Dev = kernelDev(e.Site)
 	}
 	return t
+}
+
+// execNs is the time e, an on-CPU interval, executed by the scheduler's
+// clock, or 0 for all of it: unknown, or (the two clocks' readings
+// differing) no less than the interval's length.
+func (e *accountAcctEvent) execNs() int64 {
+	if e.Exec >= e.End-e.Start {
+		return 0
+	}
+	return int64(e.Exec)
 }
 
 // kernelDev prints a kernel dev_t (MKDEV: major << 20 | minor).

@@ -30,6 +30,7 @@ type accountAcctEvent struct {
 	RanPid      uint32
 	RanTid      uint32
 	RanStart    uint64
+	Exec        uint64
 	Kstack      [12]uint64
 }
 
@@ -86,6 +87,7 @@ type accountSleepStack struct {
 type accountThreadState struct {
 	_          structs.HostLayout
 	OnTs       uint64
+	OnExec     uint64
 	OffTs      uint64
 	WakeTs     uint64
 	Site       uint64

@@ -9,6 +9,14 @@
 // CPU its threads actually ran, the time they were blocked and why, and
 // their disk I/O (internal/requests).
 //
+// An on-CPU interval runs from the thread's switch-in to its switch-out by
+// the TAI clock, and holds (Ns) the time the thread executed in it by the
+// scheduler's clock: the thread's CPU clock, as perf's task-clock and
+// getrusage count it. The two differ by what the hypervisor stole from a
+// virtual CPU while the thread was on it — on the shared 2-CPU VM holter
+// is developed on, some 10 % of a busy machine's time, and up to a fifth
+// of a 30 ms burst — which a request did not use and is not charged.
+//
 // It also follows buffered writes: the page cache a thread dirties
 // ("dirty" intervals, by file), and the block writes of those files that
 // someone else — a kernel flusher, or another process's sync — submits

@@ -21,7 +21,7 @@ import (
 // holds no pointer, so the collector does not scan the many of them.
 type recentInterval struct {
 	start, end, wake int64
-	bytes            uint64
+	n                uint64 // io, dirty: bytes; cpu: Ns (execNs)
 	stack            uint32 // Accountant.stackNames index, 0 none
 	kind             uint8
 }
@@ -100,10 +100,11 @@ type recentRead struct {
 
 // remember keeps e, an interval of thread t; a.mu is held.
 func (a *Accountant) remember(t [2]uint32, e *accountAcctEvent, offset int64) {
-	r := recentInterval{start: int64(e.Start) + offset, end: int64(e.End) + offset, bytes: e.Bytes}
+	r := recentInterval{start: int64(e.Start) + offset, end: int64(e.End) + offset, n: e.Bytes}
 	switch e.Kind {
 	case kindCPU:
 		r.kind = recentCPU
+		r.n = uint64(e.execNs())
 	case kindOffCPU:
 		r.kind = recentRunnable
 		if e.State != 0 {
@@ -227,8 +228,12 @@ func (a *Accountant) Activity(host string, pid, tid uint32, lo, hi int64) ([]sto
 		if r.end < lo || r.start >= hi {
 			continue
 		}
-		out = append(out, store.ThreadActivity{Host: host, Pid: pid, Tid: tid, Kind: recentKinds[r.kind],
-			StartNs: r.start, EndNs: r.end, WakeNs: r.wake, KStack: a.stackNames[r.stack], Bytes: r.bytes})
+		x := store.ThreadActivity{Host: host, Pid: pid, Tid: tid, Kind: recentKinds[r.kind],
+			StartNs: r.start, EndNs: r.end, WakeNs: r.wake, KStack: a.stackNames[r.stack], Bytes: r.n}
+		if r.kind == recentCPU {
+			x.Ns, x.Bytes = int64(r.n), 0
+		}
+		out = append(out, x)
 	}
 	byStart := func(x, y store.ThreadActivity) int { return cmp.Compare(x.StartNs, y.StartNs) }
 	if !slices.IsSortedFunc(out, byStart) {
@@ -289,11 +294,11 @@ type summaryKey struct {
 func (a *Accountant) summarize(s *summary, e *accountAcctEvent, offset int64) {
 	start, end := int64(e.Start)+offset, int64(e.End)+offset
 	if e.Kind == kindCPU {
-		s.add(a.opts.Host, e, recentCPU, start, end, nil, 0)
+		s.add(a.opts.Host, e, recentCPU, start, end, e.execNs(), nil, 0)
 		return
 	}
 	if e.State == 0 {
-		s.add(a.opts.Host, e, recentRunnable, start, end, nil, 0)
+		s.add(a.opts.Host, e, recentRunnable, start, end, 0, nil, 0)
 		return
 	}
 	woken := end
@@ -301,11 +306,13 @@ func (a *Accountant) summarize(s *summary, e *accountAcctEvent, offset int64) {
 		woken = w
 	}
 	names, id := a.kstack(e)
-	s.add(a.opts.Host, e, recentBlocked, start, woken, names, id)
-	s.add(a.opts.Host, e, recentRunnable, woken, end, nil, 0)
+	s.add(a.opts.Host, e, recentBlocked, start, woken, 0, names, id)
+	s.add(a.opts.Host, e, recentRunnable, woken, end, 0, nil, 0)
 }
 
-func (s *summary) add(host string, e *accountAcctEvent, kind uint8, start, end int64, stack []string, id uint32) {
+// add adds the interval start..end of e to its row in s: ns of its kind,
+// or all of it when ns is 0.
+func (s *summary) add(host string, e *accountAcctEvent, kind uint8, start, end, ns int64, stack []string, id uint32) {
 	if end <= start {
 		return
 	}
@@ -326,7 +333,10 @@ func (s *summary) add(host string, e *accountAcctEvent, kind uint8, start, end i
 	}
 	r := &s.rows[i]
 	r.StartNs, r.EndNs = min(r.StartNs, start), max(r.EndNs, end)
-	r.Ns += end - start
+	if ns == 0 {
+		ns = end - start
+	}
+	r.Ns += ns
 	if kind != recentRunnable || e.State == 0 {
 		s.n[i]++ // a blocked interval's wait counts once, as blocked
 	}

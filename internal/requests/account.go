@@ -293,8 +293,9 @@ type BlockedSite struct {
 	Ns   int64  `json:"ns"`
 }
 
-// charge fills a from the thread's activity during span. A summary row
-// (Ns set) is charged in proportion to how much of it the span covers.
+// charge fills a from the thread's activity during span. A row with Ns
+// set — a summary, or an on-CPU interval the thread executed Ns of by its
+// CPU clock — is charged in proportion to how much of it the span covers.
 func charge(a *store.SpanAccounting, span interval, children []interval, rows []store.ThreadActivity) {
 	sites := map[string]int64{}
 	for i := range rows {
@@ -305,7 +306,7 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 		if r.Kind != "io" && r.Kind != "dirty" && overlap(x, span) == 0 {
 			continue
 		}
-		// share scales the overlap of a summary to the time of its kind.
+		// share scales an overlap with the row to the time of its kind.
 		share := func(n int64) int64 {
 			if r.Ns == 0 || n == 0 {
 				return n

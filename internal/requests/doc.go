@@ -9,8 +9,9 @@
 //     "self" costs leave out children that ran on the same thread. It
 //     reads the thread's intervals from the accountant's memory when it
 //     keeps them (RecentActivity; the recorder does, for 30 s), else from
-//     thread_activity, whose summary rows (ns set: the recorder's) are
-//     charged in proportion to the part of them a span covers. The
+//     thread_activity, whose rows with ns set (the recorder's summaries;
+//     on-CPU intervals, the time the thread executed in them by its CPU
+//     clock) are charged in proportion to the part of them a span covers. The
 //     block writes kernel flushers make later of files a span dirtied
 //     (write-back) are charged to it by the span_writeback view: a flush
 //     of a file is split among the spans whose threads dirtied it since

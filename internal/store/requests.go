@@ -372,11 +372,13 @@ type ThreadActivity struct {
 	// it, at DirtiedNs) intervals.
 	Ino       uint64
 	DirtiedNs int64
-	// Ns, when not 0, makes this a summary of several intervals of Kind
-	// ("cpu", "runnable" or "blocked", the last of one kernel stack)
-	// between StartNs and EndNs: their total; WakeNs is then 0 and the
-	// time blocked ones waited for a CPU once woken is in a "runnable"
-	// summary. 0: one exact interval.
+	// Ns, when not 0, is the time of Kind between StartNs and EndNs, and
+	// 0 all of it. A row of several intervals of Kind ("cpu", "runnable"
+	// or "blocked", the last of one kernel stack) is a summary holding
+	// their total; WakeNs is then 0 and the time blocked ones waited for
+	// a CPU once woken is in a "runnable" summary. One "cpu" interval
+	// holds the time the thread executed in it by the scheduler's clock
+	// (its CPU clock), which leaves out what a hypervisor stole.
 	Ns int64
 }
 
