@@ -9,8 +9,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ "$(id -u)" = 0 ] || { echo "benchmarks attach BPF programs: run as root" >&2; exit 1; }
 work=$(mktemp -d)
 rec=""
-# remove_work: the work directory goes (copied to $KEEP first, if set).
+# remove_work: the work directory goes (copied to $KEEP first, if set),
+# and any process still running from it (a service a failed run left).
 remove_work() {
+	pkill -f -- "$work/" 2>/dev/null || true
 	if [ -n "${KEEP:-}" ]; then cp -r "$work" "$KEEP"; fi
 	rm -rf "$work"
 }
