@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/holter-dev/holter/internal/memlock"
@@ -122,6 +123,9 @@ type Accountant struct {
 	objs   accountObjects
 	reader *ringbuf.Reader
 	kernel *symbol.Kernel
+	// wakeFromQueue: account_switch reads wake-ups from the run queue's
+	// statistics, and account_wakeup is not attached.
+	wakeFromQueue bool
 
 	mu    sync.Mutex
 	links []link.Link
@@ -218,6 +222,10 @@ func New(opts Options) (*Accountant, error) {
 		kmin = DefaultKStackMin
 	}
 	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
+		return nil, fmt.Errorf("load accounting programs: %w", err)
+	}
+	a.wakeFromQueue = probeWakeFromQueue()
+	if err := spec.Variables["wake_from_queue"].Set(a.wakeFromQueue); err != nil {
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
 	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {
@@ -366,8 +374,11 @@ func (a *Accountant) Track(pids ...uint32) error {
 }
 
 func (a *Accountant) attach() error {
-	progs := []*ebpf.Program{a.objs.AccountWakeup, a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue,
+	progs := []*ebpf.Program{a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue,
 		a.objs.AccountIoComplete, a.objs.AccountExec, a.objs.AccountFork, a.objs.AccountExit, a.objs.AccountDirty}
+	if !a.wakeFromQueue {
+		progs = append(progs, a.objs.AccountWakeup)
+	}
 	for _, p := range progs {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
@@ -386,6 +397,28 @@ func (a *Accountant) detach() {
 	}
 	a.links = nil
 	a.stats.Attached = false
+}
+
+// probeWakeFromQueue is wakeFromQueue; tests replace it to run the other
+// way too.
+var probeWakeFromQueue = wakeFromQueue
+
+// wakeFromQueue says whether the kernel's BTF has what account_switch reads
+// a woken thread's wake-up from (see wake_from_queue in
+// bpf/account.bpf.c): else account_wakeup notes each wake-up.
+func wakeFromQueue() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	has := func(name, member string) bool {
+		var s *btf.Struct
+		if spec.TypeByName(name, &s) != nil {
+			return false
+		}
+		return slices.ContainsFunc(s.Members, func(m btf.Member) bool { return m.Name == member })
+	}
+	return has("sched_info", "last_queued") && has("cfs_rq", "rq") && has("rq", "clock")
 }
 
 func alive(pid uint32) bool {

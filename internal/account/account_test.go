@@ -1014,3 +1014,104 @@ func TestRecentIntervalsBounded(t *testing.T) {
 		t.Errorf("the latest intervals are not kept: %d, %v", len(acts), ok)
 	}
 }
+
+// A blocked interval is split where the thread was woken: asleep until
+// then, waiting for a CPU after. A thread at nice 19 sleeps 5 ms at a time
+// on a CPU a nice -10 thread keeps busy: each sleep is woken 5 ms in, and
+// the sleeper then often waits for the busy thread to give up the CPU
+// (how often, the scheduler decides), yet is asleep 5 ms of it. Both
+// ways of knowing the wake-up agree: from the run queue's statistics at
+// the switch-in (this kernel has them), and from account_wakeup.
+func TestBlockedSplitsAtTheWakeup(t *testing.T) {
+	testutil.RequireRoot(t)
+	if !wakeFromQueue() {
+		t.Errorf("this kernel's BTF lacks sched_info.last_queued or cfs_rq.rq: wake-ups need account_wakeup")
+	}
+	defer func(p func() bool) { probeWakeFromQueue = p }(probeWakeFromQueue)
+	for _, fromQueue := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fromQueue=%v", fromQueue), func(t *testing.T) {
+			probeWakeFromQueue = func() bool { return fromQueue }
+			checkWakeSplit(t)
+		})
+	}
+}
+
+func checkWakeSplit(t *testing.T) {
+	a, stop, pid := accountSelfRecent(t)
+	defer stop()
+	const sleeps, sleep = 40, 5 * time.Millisecond
+	onCPU0 := func(nice int) {
+		runtime.LockOSThread()
+		var cpu0 unix.CPUSet
+		cpu0.Set(0)
+		if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
+			t.Error(err)
+		}
+		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, nice); err != nil {
+			t.Error(err)
+		}
+	}
+	done := make(chan bool)
+	go func() {
+		onCPU0(-10)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for c := threadCPU(); threadCPU()-c < time.Millisecond; {
+			}
+		}
+	}()
+	r := burnOnThread(func(func() time.Duration) {
+		onCPU0(19)
+		ts := unix.NsecToTimespec(int64(sleep))
+		for range sleeps {
+			unix.Nanosleep(&ts, nil)
+		}
+	})
+	close(done)
+	awaitWatermark(t, a, r.t1)
+	acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+	if !ok {
+		t.Fatalf("no recent activity of thread %d in memory", r.tid)
+	}
+	var asleep, waited []time.Duration
+	long, off := 0, 0 // sleeps that waited long for the CPU; of them, asleep not 5 ms
+	for _, x := range acts {
+		if x.Kind != "blocked" || !hasFrame(x.KStack, "nanosleep") {
+			continue
+		}
+		if x.WakeNs == 0 {
+			t.Errorf("a sleep of %v has no wake-up time", time.Duration(x.EndNs-x.StartNs))
+			continue
+		}
+		asleep = append(asleep, time.Duration(x.WakeNs-x.StartNs))
+		waited = append(waited, time.Duration(x.EndNs-x.WakeNs))
+		if waited[len(waited)-1] >= 500*time.Microsecond {
+			long++
+			// The timer is armed just before the switch-out, and fires a
+			// little late (its slack).
+			if a := asleep[len(asleep)-1]; a < sleep-200*time.Microsecond || a > sleep+time.Millisecond {
+				off++
+				t.Logf("a sleep of %v then a wait of %v for the CPU: asleep %v, not the %v slept",
+					time.Duration(x.EndNs-x.StartNs), waited[len(waited)-1], a, sleep)
+			}
+		}
+	}
+	slices.Sort(asleep)
+	slices.Sort(waited)
+	if len(asleep) < sleeps*3/4 {
+		t.Fatalf("%d of %d sleeps found with a wake-up time", len(asleep), sleeps)
+	}
+	t.Logf("%d sleeps of %v: asleep %v … %v (median %v), then waited for the CPU %v … %v (median %v), %d of them 0.5 ms or more",
+		len(asleep), sleep, asleep[0], asleep[len(asleep)-1], asleep[len(asleep)/2], waited[0], waited[len(waited)-1], waited[len(waited)/2], long)
+	if m := asleep[len(asleep)/2]; m < sleep || m > sleep+time.Millisecond {
+		t.Errorf("median time asleep %v, want the %v slept (+1 ms)", m, sleep)
+	}
+	if long < 2 || off*10 > long {
+		t.Errorf("%d sleeps then waited 0.5 ms or more for the busy CPU, %d of them not asleep %v; want some, ≥ 90%% asleep %v",
+			long, off, sleep, sleep)
+	}
+}

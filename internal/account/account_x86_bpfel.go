@@ -126,6 +126,7 @@ const (
 	accountVarKstackMinNs        = "kstack_min_ns"
 	accountVarUnusedAcctEvent    = "unused_acct_event"
 	accountVarUnusedAcctStats    = "unused_acct_stats"
+	accountVarWakeFromQueue      = "wake_from_queue"
 )
 
 // loadAccount returns the embedded CollectionSpec for account.
@@ -203,6 +204,7 @@ type accountVariableSpecs struct {
 	KstackMinNs     *ebpf.VariableSpec `ebpf:"kstack_min_ns"`
 	UnusedAcctEvent *ebpf.VariableSpec `ebpf:"unused_acct_event"`
 	UnusedAcctStats *ebpf.VariableSpec `ebpf:"unused_acct_stats"`
+	WakeFromQueue   *ebpf.VariableSpec `ebpf:"wake_from_queue"`
 }
 
 // accountObjects contains all objects after they have been loaded into the kernel.
@@ -257,6 +259,7 @@ type accountVariables struct {
 	KstackMinNs     *ebpf.Variable `ebpf:"kstack_min_ns"`
 	UnusedAcctEvent *ebpf.Variable `ebpf:"unused_acct_event"`
 	UnusedAcctStats *ebpf.Variable `ebpf:"unused_acct_stats"`
+	WakeFromQueue   *ebpf.Variable `ebpf:"wake_from_queue"`
 }
 
 // accountPrograms contains all programs after they have been loaded into the kernel.
