@@ -869,6 +869,13 @@ func TestShortDiskWaitsShareKernelStacks(t *testing.T) {
 			took[i] = time.Duration(r.t1 - r.t0)
 		}
 		slices.Sort(took)
+		// What the reads' threads did instead, for the next look.
+		for _, r := range runs[:3] {
+			acts, _ := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+			for _, x := range acts {
+				t.Logf("thread %d: %s %v state %d stack %v", r.tid, x.Kind, time.Duration(x.EndNs-x.StartNs), x.SleepState, x.KStack)
+			}
+		}
 		t.Fatalf("only %d of %d O_DIRECT reads slept with a kernel stack of the read (the reads took %v to %v, median %v)",
 			short+long, reads, took[0], took[len(took)-1], took[len(took)/2])
 	}
