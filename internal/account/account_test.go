@@ -350,7 +350,7 @@ func TestTracksProcessesFromExec(t *testing.T) {
 		t.Logf("process %d and its shell: rusage cpu %v, recorded %v; the shell %d ran %d times, %v; accounted since start+%v",
 			c.pid, c.cpu, time.Duration(cpu), c.shPid, shRuns, shCPU, time.Duration(since-c.started))
 		if ratio := float64(cpu) / float64(c.cpu); ratio < 0.9 || ratio > 1.1 {
-			t.Errorf("process %d: recorded CPU %v is not within ±10%% of its rusage %v", c.pid, time.Duration(cpu), c.cpu)
+			t.Errorf("process %d: recorded CPU %v is not within ±10%% of its rusage %v (stats %+v)", c.pid, time.Duration(cpu), c.cpu, a.Stats())
 		}
 		if !ok || since < c.started || since > c.started+int64(time.Second) {
 			t.Errorf("process %d: accounted since %v (%v), want from its exec", c.pid, since, ok)
