@@ -30,7 +30,10 @@
 # of the services (user + system: the BPF programs and the OTLP export run
 # in their context) and of the recorder, and the medians of their ratios:
 # services off/on, and services off / (services on + recorder), the
-# throughput ratio of a machine with nothing else to run.
+# throughput ratio of a machine with nothing else to run. Each run also
+# prints, per request, the time the services' CPUs spent idle, in iowait,
+# in interrupts and stolen by the hypervisor: throughput lost without
+# the services' CPU time per request rising shows there.
 #
 # In "on" runs it prints where the recorder's cost goes: its own CPU time
 # during the measured requests, and (BPF_STATS=1, which enables
@@ -119,6 +122,20 @@ print(sum(1 for p in json.load(sys.stdin) if p.get("type") in kinds and p["id"] 
 # proc_cpu PID: its user + system time in clock ticks.
 proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# cpu_times CPUS (taskset's list form, e.g. 0,2-3): the idle, iowait, irq + softirq
+# and steal clock ticks of those CPUs so far, from /proc/stat.
+cpu_times() {
+	awk -v list="$1" 'BEGIN {
+		n = split(list, parts, ",")
+		for (i = 1; i <= n; i++) {
+			if (split(parts[i], r, "-") == 2) { for (c = r[1]; c <= r[2]; c++) want["cpu" c] = 1 }
+			else want["cpu" parts[i]] = 1
+		}
+	}
+	$1 in want { idle += $5; iowait += $6; irq += $7 + $8; steal += $9 }
+	END { print idle, iowait, irq, steal }' /proc/stat
+}
+
 # bpf_cost PID SECONDS: run time of the BPF programs process PID holds
 # (its file descriptors' prog_id), per program and in all, as a share of
 # one CPU over SECONDS.
@@ -183,6 +200,8 @@ run() {
 	before=$(load1)
 	[ -n "$collector" ] && cpu0=$(proc_cpu "$collector")
 	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
+	local t0 t1
+	t0=$(cpu_times "$SERVICE_CPUS")
 	local perf=""
 	if [ -n "${PERF:-}" ]; then
 		perf record -q -g -a -e cpu-clock -o "$PERF.$mode" 2>/dev/null &
@@ -191,10 +210,17 @@ run() {
 	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
 	[ -n "$perf" ] && { kill -INT "$perf"; wait "$perf" || true; }
 	after=$(load1)
+	t1=$(cpu_times "$SERVICE_CPUS")
 	others=$((others > $(other_tracers "$rec") ? others : $(other_tracers "$rec")))
 	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
 	local hz reccpu=0
 	hz=$(getconf CLK_TCK)
+	# Time the services' CPUs did not give them: idle (they all waited:
+	# on the disk, the client, each other), interrupts, and the
+	# hypervisor's steal, which a thread's CPU clock leaves out.
+	echo "$t0 $t1" | awk -v hz="$hz" -v n="$REQUESTS" -v m="$mode" '{
+		printf "    %s services'"'"' CPUs, ms per request: idle %.3f, iowait %.3f, irq %.3f, steal %.3f\n", m,
+			1000*($5-$1)/hz/n, 1000*($6-$2)/hz/n, 1000*($7-$3)/hz/n, 1000*($8-$4)/hz/n }' >&2
 	[ -n "$collector" ] && reccpu=$(($(proc_cpu "$collector") - cpu0))
 	if [ -n "$collector" ]; then
 		local secs
