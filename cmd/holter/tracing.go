@@ -184,13 +184,14 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 	return t, nil
 }
 
-// spanCommitDelay is how long a commit of received spans waits for other
-// exporters' to join it. A commit costs the recorder some 2 ms of CPU
-// besides its rows, and SDKs export every few seconds (the demo system
-// every 100 ms, from each of its four processes): a commit every 100 ms
-// rather than one an export roughly halves what receiving spans costs it,
-// and an exporter waits for its acknowledgement in the background.
-const spanCommitDelay = 100 * time.Millisecond
+// spanCommitDelay is the least time between two commits of received
+// spans. It bounds what committing costs the recorder (some 2 ms of CPU a
+// commit besides its rows) while exporters wait little: at the SDKs'
+// default pace (an export a process every 5 s or 512 spans) most exports
+// are committed at once. Acknowledging 100 ms late left the demo system's
+// services idle some 1.5 % of the time more, 25 ms late some 0.5 %
+// (bench/tracing-overhead.sh, its idle figures).
+const spanCommitDelay = 25 * time.Millisecond
 
 // holdUnnamed is how long the recorder keeps the kernel intervals of a
 // thread no span has named: longer than an OpenTelemetry SDK's batch delay

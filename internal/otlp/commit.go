@@ -31,6 +31,7 @@ type committer struct {
 	closed  bool
 	done    chan struct{}
 	stats   Stats
+	last    time.Time // the last commit began
 }
 
 type pendingBatch struct {
@@ -101,8 +102,14 @@ func (c *committer) run() {
 			return
 		}
 		c.mu.Unlock()
-		// Let concurrent exporters join this commit, briefly.
-		deadline := time.After(c.maxDelay)
+		// Commits at most every maxDelay: an export after a quiet spell is
+		// committed at once, and one sooner waits out the rest of the
+		// interval, which the exports coming meanwhile join. A fixed wait
+		// for others cost the exporters as much as it saved the recorder:
+		// the demo system's services, acknowledged 100 ms late, left their
+		// CPU idle 1.5 % more (measured against a collector that keeps
+		// nothing, acknowledging at once or 100 ms late).
+		deadline := time.After(c.maxDelay - time.Since(c.last))
 	gather:
 		for {
 			c.mu.Lock()
@@ -117,6 +124,7 @@ func (c *committer) run() {
 				break gather
 			}
 		}
+		c.last = time.Now()
 		c.mu.Lock()
 		group := c.pending
 		c.pending = nil

@@ -6,8 +6,9 @@
 // records.
 //
 // An export is acknowledged only once its spans are committed: concurrent
-// exports are grouped into one store transaction (at most CommitDelay
-// late), and each waits for it. What cannot be stored is answered with
+// exports are grouped into one store transaction, at most one every
+// CommitDelay (an export after a quiet spell is committed at once), and
+// each waits for it. What cannot be stored is answered with
 // OTLP's statuses — a request that does not decode is InvalidArgument
 // (HTTP 400), one over MaxMessageBytes ResourceExhausted (HTTP 413), an
 // unknown content type HTTP 415, each with a google.rpc.Status body; a

@@ -45,8 +45,10 @@ type Options struct {
 	GRPCAddr, HTTPAddr       string
 	DisableGRPC, DisableHTTP bool
 	MaxMessageBytes          int
-	// CommitDelay is how long a commit waits for other exporters' spans to
-	// join it; CommitSpans commits at once when that many wait.
+	// CommitDelay is the least time between two commits: spans that come
+	// sooner after the last one wait for the rest of it, with the other
+	// exporters' spans that join them; CommitSpans commits at once when
+	// that many wait.
 	CommitDelay time.Duration
 	CommitSpans int
 	// MaxQueuedSpans bounds the spans waiting for a commit; beyond it

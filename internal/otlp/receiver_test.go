@@ -209,3 +209,65 @@ type rawMessage struct{ b []byte }
 func (rawCodec) Marshal(v any) ([]byte, error)      { return v.(*rawMessage).b, nil }
 func (rawCodec) Unmarshal(data []byte, v any) error { v.(*rawMessage).b = data; return nil }
 func (rawCodec) Name() string                       { return "proto" }
+
+// Commits come at most every CommitDelay: an export after a quiet spell
+// is committed and acknowledged at once, and exports that come sooner
+// wait for the rest of the interval and share one commit.
+func TestCommitsAtMostEveryCommitDelay(t *testing.T) {
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	type commit struct {
+		at    time.Time
+		spans int
+	}
+	commits := make(chan commit, 8)
+	write := func(ctx context.Context, b *store.SpanBatch) error {
+		commits <- commit{time.Now(), len(b.Spans)}
+		return st.WriteSpans(ctx, b)
+	}
+	const delay = time.Second
+	c := newCommitter(write, delay, 1000, 1000)
+	defer c.close()
+	n := 0
+	batch := func() *store.SpanBatch {
+		n++
+		return &store.SpanBatch{Spans: []store.Span{{Host: "h", TraceID: fmt.Sprintf("%032x", n), SpanID: fmt.Sprintf("%016x", n),
+			Service: "s", Name: "op", StartNs: 1, EndNs: 2}}}
+	}
+
+	start := time.Now()
+	if err := c.submit(context.Background(), batch()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > delay/2 {
+		t.Errorf("the first export was acknowledged after %v, want at once (CommitDelay %v)", took, delay)
+	}
+	first := <-commits
+	done := make(chan error, 3)
+	for range 3 {
+		b := batch()
+		go func() { done <- c.submit(context.Background(), b) }()
+	}
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := <-commits
+	if second.spans != 3 {
+		t.Errorf("the three exports after the first were committed %d spans at a time, want together", second.spans)
+	}
+	if gap := second.at.Sub(first.at); gap < delay {
+		t.Errorf("commits %v apart, want at least CommitDelay %v", gap, delay)
+	}
+	out, err := st.Query(context.Background(), "SELECT count(*) FROM spans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.Rows[0][0].(int64); got != 4 {
+		t.Errorf("%d spans stored, want 4", got)
+	}
+}
