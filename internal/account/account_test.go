@@ -232,6 +232,19 @@ func burnOnThread(work func(spent func() time.Duration)) burst {
 	return r
 }
 
+// onCPU0 keeps the calling OS thread (locked) on CPU 0.
+func onCPU0() error {
+	var cpu0 unix.CPUSet
+	cpu0.Set(0)
+	return unix.SchedSetaffinity(0, &cpu0)
+}
+
+// spin burns d of the calling thread's CPU time.
+func spin(d time.Duration) {
+	for c := threadCPU(); threadCPU()-c < d; {
+	}
+}
+
 func inode(t *testing.T, path string) int64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -249,9 +262,7 @@ func i64(v int64) string { return strconv.FormatInt(v, 10) }
 func TestMain(m *testing.M) {
 	if d, err := time.ParseDuration(os.Getenv("HOLTER_TEST_BURN")); err == nil {
 		runtime.LockOSThread()
-		c0 := threadCPU()
-		for threadCPU()-c0 < d {
-		}
+		spin(d)
 		sh := exec.Command("sh", "-c", `i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done`)
 		if err := sh.Run(); err != nil {
 			os.Exit(3)
@@ -501,17 +512,14 @@ func TestTrackedThreadsTakingTurnsOnOneCPU(t *testing.T) {
 	// The first to play sends last; the other receives last.
 	play := func(in <-chan bool, out chan<- bool, first bool) func(func() time.Duration) {
 		return func(func() time.Duration) {
-			var cpu0 unix.CPUSet
-			cpu0.Set(0)
-			if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
+			if err := onCPU0(); err != nil {
 				t.Error(err)
 			}
 			for i := 0; i < turns; i++ {
 				if !first || i > 0 {
 					<-in
 				}
-				for c := threadCPU(); threadCPU()-c < 300*time.Microsecond; {
-				}
+				spin(300 * time.Microsecond)
 				if first || i < turns-1 {
 					out <- true
 				}
@@ -573,9 +581,7 @@ func TestDrainsTheRingBetweenCommits(t *testing.T) {
 		defer wg.Done()
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		var cpu0 unix.CPUSet
-		cpu0.Set(0)
-		unix.SchedSetaffinity(0, &cpu0)
+		onCPU0()
 		b := []byte{1}
 		if first {
 			for end := time.Now().Add(runFor); time.Now().Before(end); {
@@ -1047,11 +1053,9 @@ func checkWakeSplit(t *testing.T) {
 	a, stop, pid := accountSelfRecent(t)
 	defer stop()
 	const sleeps, sleep = 40, 5 * time.Millisecond
-	onCPU0 := func(nice int) {
+	niceOnCPU0 := func(nice int) {
 		runtime.LockOSThread()
-		var cpu0 unix.CPUSet
-		cpu0.Set(0)
-		if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
+		if err := onCPU0(); err != nil {
 			t.Error(err)
 		}
 		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, nice); err != nil {
@@ -1060,19 +1064,18 @@ func checkWakeSplit(t *testing.T) {
 	}
 	done := make(chan bool)
 	go func() {
-		onCPU0(-10)
+		niceOnCPU0(-10)
 		for {
 			select {
 			case <-done:
 				return
 			default:
 			}
-			for c := threadCPU(); threadCPU()-c < time.Millisecond; {
-			}
+			spin(time.Millisecond)
 		}
 	}()
 	r := burnOnThread(func(func() time.Duration) {
-		onCPU0(19)
+		niceOnCPU0(19)
 		ts := unix.NsecToTimespec(int64(sleep))
 		for range sleeps {
 			unix.Nanosleep(&ts, nil)
