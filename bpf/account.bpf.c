@@ -538,6 +538,19 @@ static __always_inline __u64 queued_at(struct task_struct *t, __u64 now)
 	return now - (clk - q);
 }
 
+/* When the thread ts holds, switched in now, was woken; 0 if preempted or not seen. */
+static __always_inline __u64 woken_at(struct task_struct *t, struct thread_state *ts, __u64 now)
+{
+	__u64 w;
+
+	if (!wake_from_queue)
+		return ts->wake_ts;
+	if (!ts->state)
+		return 0;
+	w = queued_at(t, now);
+	return w > ts->off_ts ? w : 0;
+}
+
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(account_wakeup, struct task_struct *p)
 {
@@ -584,12 +597,7 @@ static __always_inline void switched_in(struct task_struct *t, struct thread_sta
 		return;
 	e->start = ts->off_ts;
 	e->end = now;
-	e->wake = ts->wake_ts;
-	if (wake_from_queue) {
-		e->wake = ts->state ? queued_at(t, now) : 0;
-		if (e->wake <= ts->off_ts)
-			e->wake = 0;
-	}
+	e->wake = woken_at(t, ts, now);
 	e->state = ts->state;
 	e->site = ts->site;
 	e->bytes = ts->nr;
