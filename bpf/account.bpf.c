@@ -217,9 +217,12 @@ struct {
 	__type(value, struct thread_state);
 } threads SEC(".maps");
 
+/*
+ * Preallocated (some 400 KiB): a submission then takes an element off a
+ * free list instead of allocating one, a fraction of what allocating cost.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, MAX_IO_INFLIGHT);
 	__type(key, __u64);
 	__type(value, struct io_start);
