@@ -67,6 +67,9 @@
 # SDK's span snapshots, batching and export) is paid to any OTLP backend;
 # on/sink is what holter adds to it: ingest, storage and kernel accounting.
 #
+# A run that fails (a service exits, a request fails) says why, with the
+# end of the log of a service that exited, and drops its round.
+#
 #   sudo bench/tracing-overhead.sh        (ROUNDS=9 REQUESTS=3000 ...)
 for tool in bpftool python3 taskset; do
 	command -v $tool >/dev/null || { echo "tracing-overhead: needs $tool (apt-get install bpftool python3 util-linux)" >&2; exit 1; }
@@ -93,15 +96,32 @@ go build -o "$work/demo" ./internal/requests/testdata/demo
 # free_port: a loopback port nothing listens on now.
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-service() { taskset -c "$SERVICE_CPUS" "$work/demo" "$@" >/dev/null 2>"$work/svc.log" & }
+# service ROLE FLAGS...: starts the demo's ROLE on $SERVICE_CPUS, its
+# stderr in $work/ROLE.log.
+service() { taskset -c "$SERVICE_CPUS" "$work/demo" "$@" >/dev/null 2>"$work/$1.log" & }
 
+# wait_port ADDR ROLE: waits until ROLE listens on ADDR.
 wait_port() {
 	for _ in $(seq 100); do
 		(exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0
 		sleep 0.1
 	done
-	echo "service on $1 did not start: $(cat "$work/svc.log")" >&2
+	echo "$2 on $1 did not start: $(cat "$work/$2.log")" >&2
 	exit 1
+}
+
+# alive WHEN: fails, saying which and how, if a process of the run's
+# (the keys of roles, which names them; logs has their stderr) has exited.
+alive() {
+	local p status
+	for p in "${!roles[@]}"; do
+		kill -0 "$p" 2>/dev/null && continue
+		status=0
+		wait "$p" || status=$?
+		echo "${roles[$p]} (pid $p) exited with status $status $1; its log ends:" >&2
+		tail -n 20 "${logs[$p]}" | sed 's/^/    /' >&2
+		exit 1
+	done
 }
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
@@ -156,16 +176,18 @@ print("    bpf in all: %.1f ms, %.1f%% of one CPU, %.0f us per request" % (total
 # run MODE: prints "requests/s load-before load-after" of one run.
 run() {
 	local mode=$1 otlp=() pids=() collector=""
+	local -A roles logs
 	[ "$mode" = base ] && recorder_exe=$work/holter-base
 	local grpc front middle storage
 	# This runs in a subshell: on any failure, take its processes down.
-	trap 'kill "${pids[@]}" 2>/dev/null; stop_recorder' EXIT
+	trap 'kill "${pids[@]}" 2>/dev/null || true; stop_recorder' EXIT
 	grpc=127.0.0.1:$(free_port) front=127.0.0.1:$(free_port) middle=127.0.0.1:$(free_port) storage=127.0.0.1:$(free_port)
 	if [ "$mode" = sink ]; then
-		"$work/demo" sink -addr "$grpc" >/dev/null 2>"$work/svc.log" &
+		"$work/demo" sink -addr "$grpc" >/dev/null 2>"$work/sink.log" &
 		collector=$!
 		pids+=("$collector")
-		wait_port "$grpc"
+		roles[$collector]="demo sink" logs[$collector]=$work/sink.log
+		wait_port "$grpc" sink
 	elif [ "$mode" != off ]; then
 		rm -rf "$work/data"
 		local acct=()
@@ -175,16 +197,20 @@ run() {
 		esac
 		start_recorder "$work/data" --otlp-grpc "$grpc" --otlp-http off "${acct[@]}" >/dev/null
 		collector=$rec
+		roles[$rec]="holter record" logs[$rec]=$work/data.log
 	fi
 	[ -n "$collector" ] && otlp=(-otlp-grpc "$grpc" -batch-timeout "$BATCH_TIMEOUT")
 	service storage -addr "$storage" -dir "$work" "${otlp[@]}"
-	pids+=($!)
+	pids+=($!) roles[$!]="demo storage" logs[$!]=$work/storage.log
 	service middle -addr "$middle" -storage "http://$storage" -burn "$BURN" "${otlp[@]}"
-	pids+=($!)
+	pids+=($!) roles[$!]="demo middle" logs[$!]=$work/middle.log
 	service front -addr "$front" -middle "http://$middle" "${otlp[@]}"
-	pids+=($!)
-	for a in "$storage" "$middle" "$front"; do wait_port "$a"; done
-	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null
+	pids+=($!) roles[$!]="demo front" logs[$!]=$work/front.log
+	wait_port "$storage" storage
+	wait_port "$middle" middle
+	wait_port "$front" front
+	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$WARMUP" -concurrency "$CONC" "${otlp[@]}" >/dev/null ||
+		{ alive "during the warm-up"; echo "the warm-up's load failed" >&2; exit 1; }
 	if ((SETTLE > 0)); then
 		# Under load for SETTLE s more, in every mode alike, so that the
 		# recorder's budget has adapted by the measured requests.
@@ -194,10 +220,11 @@ run() {
 		kill "$settler"
 		wait "$settler" 2>/dev/null || true
 	fi
-	local before after cpu0=0 svc0=0 svc1=0 p others
+	local before after cpu0=0 svc0=0 svc1=0 reccpu=0 p others
 	[ -n "$rec" ] && [ "${BPF_STATS:-0}" = 1 ] && sysctl -qw kernel.bpf_stats_enabled=1
 	others=$(other_tracers "$rec")
 	before=$(load1)
+	alive "before the measured requests"
 	[ -n "$collector" ] && cpu0=$(proc_cpu "$collector")
 	for p in "${pids[@]}"; do svc0=$((svc0 + $(proc_cpu "$p"))); done
 	local t0 t1
@@ -207,13 +234,15 @@ run() {
 		perf record -q -g -a -e cpu-clock -o "$PERF.$mode" 2>/dev/null &
 		perf=$!
 	fi
-	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json"
+	taskset -c "$CLIENT_CPUS" "$work/demo" load -front "http://$front" -requests "$REQUESTS" -concurrency "$CONC" "${otlp[@]}" >"$work/load.json" || alive "during the measured requests"
 	[ -n "$perf" ] && { kill -INT "$perf"; wait "$perf" || true; }
 	after=$(load1)
 	t1=$(cpu_times "$SERVICE_CPUS")
 	others=$((others > $(other_tracers "$rec") ? others : $(other_tracers "$rec")))
+	alive "during the measured requests"
+	[ -n "$collector" ] && reccpu=$(($(proc_cpu "$collector") - cpu0))
 	for p in "${pids[@]}"; do svc1=$((svc1 + $(proc_cpu "$p"))); done
-	local hz reccpu=0
+	local hz
 	hz=$(getconf CLK_TCK)
 	# Time the services' CPUs did not give them: idle (they all waited:
 	# on the disk, the client, each other), interrupts, and the
@@ -221,7 +250,6 @@ run() {
 	echo "$t0 $t1" | awk -v hz="$hz" -v n="$REQUESTS" -v m="$mode" '{
 		printf "    %s services'"'"' CPUs, ms per request: idle %.3f, iowait %.3f, irq %.3f, steal %.3f\n", m,
 			1000*($5-$1)/hz/n, 1000*($6-$2)/hz/n, 1000*($7-$3)/hz/n, 1000*($8-$4)/hz/n }' >&2
-	[ -n "$collector" ] && reccpu=$(($(proc_cpu "$collector") - cpu0))
 	if [ -n "$collector" ]; then
 		local secs
 		secs=$(sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p' "$work/load.json")
@@ -252,11 +280,17 @@ echo "demo system: $REQUESTS requests per run after $WARMUP and ${SETTLE} s more
 	"services on CPUs $SERVICE_CPUS, client on CPUs $CLIENT_CPUS, $(nproc) CPUs; load now $(load1)"
 ratios=() svcratios=() costratios=() clean=() baseratios=() onbase=() onbasecpu=() sinkoff=() onsink=() sinksvc=()
 declare -A rate lb la svc reccpu others
+dropped=0
 for i in $(seq "$ROUNDS"); do
 	# The runs of a round in rotating order: off first, then on first, ...
 	for j in $(seq 0 $((${#modes[@]} - 1))); do
 		m=${modes[$(((i - 1 + j) % ${#modes[@]}))]}
-		read -r "rate[$m]" "lb[$m]" "la[$m]" "svc[$m]" "reccpu[$m]" "others[$m]" < <(run "$m")
+		# A failed run (it said why above) drops its round, not the others.
+		if ! read -r "rate[$m]" "lb[$m]" "la[$m]" "svc[$m]" "reccpu[$m]" "others[$m]" < <(run "$m"); then
+			echo "round $i: the $m run failed; round dropped"
+			dropped=$((dropped + 1))
+			continue 2
+		fi
 	done
 	off=${rate[off]} ob=${lb[off]} oa=${la[off]} os=${svc[off]} oo=${others[off]}
 	on=${rate[on]} nb=${lb[on]} na=${la[on]} ns=${svc[on]} nr=${reccpu[on]} no=${others[on]}
@@ -284,6 +318,7 @@ for i in $(seq "$ROUNDS"); do
 	svcratios+=("$(awk -v a="$os" -v b="$ns" 'BEGIN{printf "%.4f", a/b}')")
 	costratios+=("$(awk -v a="$os" -v b="$ns" -v r="$nr" 'BEGIN{printf "%.4f", a/(b+r)}')")
 done
+((${#ratios[@]})) || { echo "no round completed" >&2; exit 1; }
 printf 'CPU per request, median over rounds: services off/on %s; services off / (services on + recorder) %s\n' \
 	"$(printf '%s\n' "${svcratios[@]}" | median_spread)" "$(printf '%s\n' "${costratios[@]}" | median_spread)"
 if [ -n "${HOLTER_BASE:-}" ]; then
@@ -352,4 +387,5 @@ if [ "${SINK:-0}" = 1 ]; then
 	echo "holter's own cost, on against the services exporting to a collector that keeps nothing:"
 	printf '%s\n' "${onsink[@]}" | summarize on/sink
 fi
+((dropped)) && echo "$dropped of $ROUNDS rounds dropped: a run failed (see above)"
 echo "load average now $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs (other users' work shares the machine)"
