@@ -272,6 +272,7 @@ func (s *requestsStatus) writeMetrics(w io.Writer) {
 		metric("holter_accounting_processes_refused_total", "counter", "Processes not tracked (tracked map full).", a.Refused)
 		metric("holter_accounting_intervals_committed_total", "counter", "Thread intervals committed to the store.", a.Committed)
 		metric("holter_accounting_intervals_dropped_total", "counter", "Intervals of threads no span named, dropped.", a.Dropped)
+		metric("holter_accounting_switches_unseen_total", "counter", "Context switches of followed threads the sched_switch tracepoint did not report, their runs recorded from the threads' CPU clocks.", a.Unseen)
 	}
 }
 

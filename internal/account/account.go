@@ -113,6 +113,11 @@ type Stats struct {
 	// of the tracked thread switched in after them: one record for the
 	// context switch, not two.
 	Handoffs uint64 `json:"handoff_records"`
+	// Unseen counts context switches of tracked threads that the
+	// sched_switch tracepoint did not report (ACCT_F_UNSEEN): the run
+	// around each is recorded from the thread's CPU clock, its start or
+	// end inferred.
+	Unseen uint64 `json:"unseen_switches"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -553,6 +558,9 @@ func (a *Accountant) drain() {
 		// end where Kstack begins.
 		e = accountAcctEvent{}
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), unsafe.Sizeof(e)), rec.RawSample)
+		if e.Flags&flagUnseen != 0 {
+			a.stats.Unseen++
+		}
 		switch e.Kind {
 		case kindTrack:
 			a.trackedFromKernel(e.Pid, int64(e.Start)+offset)
@@ -680,6 +688,10 @@ const recordHeader = int(unsafe.Offsetof(accountAcctEvent{}.Kstack))
 // flagSameStack: an off-CPU record whose kernel stack was not taken, a
 // sleep of a kind whose stack was (ACCT_F_SAME_STACK).
 const flagSameStack = 1
+
+// flagUnseen: a record whose bounds were inferred from the thread's CPU
+// clock, a context switch of it unreported (ACCT_F_UNSEEN).
+const flagUnseen = 2
 
 // sameStack gives e, an off-CPU record, the stack last taken of a sleep
 // of its kind if the BPF side said so (flagSameStack) rather than take

@@ -89,6 +89,7 @@ type accountThreadState struct {
 	OnTs       uint64
 	OnExec     uint64
 	OffTs      uint64
+	OffExec    uint64
 	WakeTs     uint64
 	Site       uint64
 	State      uint32
