@@ -382,6 +382,23 @@ static __always_inline void flush_dirty(struct task_struct *t, struct thread_sta
 }
 
 /*
+ * An on-CPU interval of thread tid of tgid, start .. end, that executed
+ * exec by its CPU clock (0: unknown, the whole interval).
+ */
+static __always_inline void record_cpu(__u32 tgid, __u32 tid, __u64 start, __u64 end, __u64 exec, __u32 flags)
+{
+	struct acct_event *e = reserve(ACCT_CPU, tgid, tid, ACCT_HEADER_BYTES);
+
+	if (!e)
+		return;
+	e->start = start;
+	e->end = end;
+	e->exec = exec;
+	e->flags = flags;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/*
  * Tracks process tgid from now on, and tells user space since when.
  * running: t is the current task, on a CPU since now as far as accounting
  * goes (at exec), rather than to be switched in (a forked child).
@@ -460,11 +477,7 @@ int BPF_PROG(account_exit, struct task_struct *p, bool group_dead)
 	ts = bpf_task_storage_get(&threads, p, 0, 0);
 	if (ts && ts->on_ts) {
 		flush_dirty(p, ts);
-		if ((e = begin(ACCT_CPU, p))) {
-			e->start = ts->on_ts;
-			e->end = now_ns();
-			bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-		}
+		record_cpu(tgid, p->pid, ts->on_ts, now_ns(), 0, 0);
 		ts->on_ts = 0;
 	}
 	if (!group_dead || bpf_map_delete_elem(&tracked, &tgid) != 0)
@@ -687,17 +700,10 @@ static __always_inline void unseen_run(struct task_struct *t, struct thread_stat
 {
 	__u64 from = ts->on_ts ? ts->on_ts : ts->off_ts, base = ts->on_ts ? ts->on_exec : ts->off_exec;
 	__u64 exec = t->se.sum_exec_runtime - base;
-	struct acct_event *e;
 
 	if (exec > now - from)
 		exec = now - from;
-	if ((e = begin(ACCT_CPU, t))) {
-		e->start = from;
-		e->end = from + exec;
-		e->exec = exec;
-		e->flags = ACCT_F_UNSEEN;
-		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	}
+	record_cpu(t->tgid, t->pid, from, from + exec, exec, ACCT_F_UNSEEN);
 	ts->off_ts = from + exec;
 	ts->off_exec = base + exec;
 	ts->on_ts = 0;
@@ -711,7 +717,6 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
 	struct thread_state *ts;
-	struct acct_event *e;
 	struct ran ran = {};
 	__u64 now = 0;
 
@@ -762,12 +767,8 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 		}
 	}
 	/* prev's run, if it did not ride along with next's record */
-	if (ran.tid && (e = reserve(ACCT_CPU, ran.pid, ran.tid, ACCT_HEADER_BYTES))) {
-		e->start = ran.start;
-		e->end = now;
-		e->exec = ran.exec;
-		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	}
+	if (ran.tid)
+		record_cpu(ran.pid, ran.tid, ran.start, now, ran.exec, 0);
 	return 0;
 }
 

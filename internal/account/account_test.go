@@ -393,8 +393,9 @@ func TestTracksProcessesFromExec(t *testing.T) {
 			t.Errorf("the shell process %d that process %d forked is not accounted", c.shPid, c.pid)
 		}
 	}
-	t.Logf("stats %+v", a.Stats())
-	if s := a.Stats(); s.FromExec < 6 || s.Rules != 3 || s.Lost != 0 {
+	s := a.Stats()
+	t.Logf("stats %+v", s)
+	if s.FromExec < 6 || s.Rules != 3 || s.Lost != 0 {
 		t.Errorf("stats %+v, want ≥ 6 processes tracked from exec or fork, 3 rules (2 given, 1 followed)", s)
 	}
 }
