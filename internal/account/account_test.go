@@ -587,7 +587,8 @@ func TestRunsAroundUnseenSwitchesKeepTheirCPU(t *testing.T) {
 
 	s := a.Stats()
 	t.Logf("%d windows with the programs detached; %d switches unseen", windows, s.Unseen)
-	checkTurns(t, a, pid, turns, first, second)
+	// Switches in the windows are not recorded: fewer intervals, not less CPU.
+	checkTurns(t, a, pid, turns/2, first, second)
 	if windows < 5 || s.Unseen == 0 {
 		t.Errorf("%d windows with the programs detached, %d switches inferred: want ≥ 5 and some", windows, s.Unseen)
 	}
@@ -621,8 +622,8 @@ func takeTurns(t *testing.T, turns int) (burst, burst) {
 }
 
 // checkTurns checks that the on-CPU intervals of each burst's thread hold
-// the CPU it burnt (±10%), in at least turns intervals.
-func checkTurns(t *testing.T, a *Accountant, pid uint32, turns int, bursts ...burst) {
+// the CPU it burnt (±10%), in at least minIntervals intervals.
+func checkTurns(t *testing.T, a *Accountant, pid uint32, minIntervals int, bursts ...burst) {
 	t.Helper()
 	for _, r := range bursts {
 		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
@@ -631,8 +632,8 @@ func checkTurns(t *testing.T, a *Accountant, pid uint32, turns int, bursts ...bu
 		}
 		cpu, n := executed(acts, r.t0, r.t1)
 		t.Logf("thread %d burnt %v: %d on-CPU intervals, %v", r.tid, r.cpu, n, cpu)
-		if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.1 || n < turns {
-			t.Errorf("thread %d: %d on-CPU intervals, %v, want ≥ %d and the %v burnt (±10%%)", r.tid, n, cpu, turns, r.cpu)
+		if ratio := float64(cpu) / float64(r.cpu); ratio < 0.9 || ratio > 1.1 || n < minIntervals {
+			t.Errorf("thread %d: %d on-CPU intervals, %v, want ≥ %d and the %v burnt (±10%%)", r.tid, n, cpu, minIntervals, r.cpu)
 		}
 	}
 }
