@@ -68,6 +68,12 @@ for i in $(seq "$ROUNDS"); do
 	rec=$!
 	for _ in $(seq 300); do grep -q '^recording host' "$work/acct.log" && break; sleep 0.1; done
 	with=$(taskset -c 0 "$work/pingpong" "$SECS")
+	# The recorder samples the kernel's run-time statistics (on a tenth of
+	# the time); a second of ping-pong with them on gives the per-call
+	# figures.
+	sysctl -qw kernel.bpf_stats_enabled=1
+	taskset -c 0 "$work/pingpong" 1 >/dev/null
+	sysctl -qw kernel.bpf_stats_enabled=0
 	stats=$(bpftool -j prog show | python3 -c '
 import json, sys
 for p in json.load(sys.stdin):

@@ -3,6 +3,8 @@ package recorder
 import (
 	"fmt"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // The CPU budget (Chopstix §4.1.3). The operator sets how much of the
@@ -37,8 +39,11 @@ type budgetState struct {
 	// costAtRaise is what the vital cost in the epoch that raised its t.
 	costAtRaise [numVitals]float64
 	// probation is when a shed vital was retried; until the first probe
-	// after probeAfter it is shed again at once if it costs too much.
+	// after probeAfter it is shed again at once if it costs too much. The
+	// run-time statistics are held on meanwhile, and probeRun is the
+	// kernel's count of the vital's run time at the retry.
 	probation [numVitals]time.Time
+	probeRun  [numVitals]time.Duration
 }
 
 // probeAfter is how long a retried vital runs before its cost is probed: a
@@ -55,16 +60,21 @@ const (
 	DefaultBudget = 0.01
 )
 
-// vitalRunTime is the total run time so far of each vital's programs;
-// sched and blck share theirs and are charged half each. r.ctlMu held.
+// vitalRunTime is the estimated run time so far of each vital's programs
+// (runClock); sched and blck share theirs and are charged half each.
+// r.ctlMu held.
 func (r *Recorder) vitalRunTime() [numVitals]time.Duration {
+	return r.vitalTimes(r.clock.runTime)
+}
+
+// vitalTimes sums a time of each program over each vital's programs, as
+// vitalRunTime does.
+func (r *Recorder) vitalTimes(of func(*ebpf.Program) time.Duration) [numVitals]time.Duration {
 	var out [numVitals]time.Duration
 	for v, a := range r.attached {
 		var t time.Duration
 		for _, p := range a.progs {
-			if st, err := p.Stats(); err == nil {
-				t += st.Runtime
-			}
+			t += of(p)
 		}
 		if v == Sched || v == Blck {
 			if _, both := r.attached[Sched+Blck-v]; both {
@@ -138,7 +148,10 @@ func (r *Recorder) adapt(number int64, wall time.Duration, userNs int64, samples
 			err := r.attachLocked(v)
 			r.attachNs += threadCPUTime() - before // on the epoch loop's thread
 			if err == nil {
-				b.probation[v] = time.Now()
+				now := time.Now()
+				b.probation[v] = now
+				r.clock.hold(now)
+				b.probeRun[v] = r.vitalTimes(rawRunTime)[v]
 				b.lastRun[v] = r.vitalRunTime()[v] // its programs were loaded before
 				changes = append(changes, v.String()+" retried after being shed")
 			}
@@ -162,7 +175,7 @@ func (r *Recorder) shedLocked(v Vital, number int64, c float64) string {
 	}
 	b.shedUntil[v] = number + b.backoff[v]
 	b.backoff[v] *= 2
-	b.probation[v] = time.Time{}
+	r.endProbation(v)
 	reason := fmt.Sprintf("shed: over the CPU budget (%.2f%% of the machine at t=2^%d); retried at epoch %d",
 		100*c, b.shift[v], b.shedUntil[v])
 	r.detachLocked(v)
@@ -205,12 +218,22 @@ func (r *Recorder) probe(number int64) {
 			continue
 		}
 		if !measured {
-			run, measured = r.vitalRunTime(), true
+			run, measured = r.vitalTimes(rawRunTime), true
 		}
-		b.probation[v] = time.Time{}
-		c := float64(run[v]-b.lastRun[v]) / (float64(time.Since(since)) * float64(r.ncpu))
+		r.endProbation(Vital(v))
+		c := float64(run[v]-b.probeRun[v]) / (float64(time.Since(since)) * float64(r.ncpu))
 		if c > r.cfg.Budget/2 { // alone over the low watermark: still storming
 			r.cfg.Logf("budget: %s %s (probed after its retry)", Vital(v), r.shedLocked(Vital(v), number, c))
 		}
 	}
+}
+
+// endProbation ends v's probation, if on, and its hold on the statistics.
+// r.ctlMu held.
+func (r *Recorder) endProbation(v Vital) {
+	if r.budget.probation[v].IsZero() {
+		return
+	}
+	r.budget.probation[v] = time.Time{}
+	r.clock.release(time.Now())
 }

@@ -55,11 +55,11 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 	}
 }
 
-// bpfRunTime is the total run time of the recorder's programs so far.
+// bpfRunTime is the estimated run time of the recorder's programs so far.
 func (r *Recorder) bpfRunTime() int64 {
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
-	return int64(r.objs.runTime())
+	return int64(r.clock.total())
 }
 
 // threadCPUTime is the CPU time of the calling OS thread.

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -84,17 +83,6 @@ func (o *objects) Close() error {
 		p.Close()
 	}
 	return o.maps.Close()
-}
-
-// runTime is the total run time of every program loaded so far.
-func (o *objects) runTime() time.Duration {
-	var total time.Duration
-	for _, p := range o.progs {
-		if st, err := p.Stats(); err == nil {
-			total += st.Runtime
-		}
-	}
-	return total
 }
 
 func loadError(what string, err error) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -150,7 +151,6 @@ type Recorder struct {
 	objs     *objects
 	attached map[Vital]*attachment
 	reader   *ringbuf.Reader
-	statsOn  interface{ Close() error }
 	kernel   *symbol.Kernel
 	procs    *symbol.Resolver
 	ncpu     int
@@ -161,8 +161,10 @@ type Recorder struct {
 	ctlMu sync.Mutex
 	gen   uint64
 	seeds [2]uint64
-	// budget is the adaptive threshold state (budget.go).
+	// budget is the adaptive threshold state (budget.go), and clock
+	// measures the programs' run time it needs (runclock.go).
 	budget budgetState
+	clock  *runClock
 	// boosted are the processes whose block requests are all sampled
 	// (boost.go).
 	boosted map[uint32]bool
@@ -203,11 +205,11 @@ func New(cfg Config) (*Recorder, error) {
 	if r.kernel, err = symbol.LoadKernel("/proc/kallsyms"); err != nil {
 		cfg.Logf("kernel symbols unavailable, kernel frames keep their addresses: %v", err)
 	}
-	// Per-program run time is how the recorder measures its in-kernel cost.
-	if closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
-		r.statsOn = closer
-	} else {
-		cfg.Logf("BPF run-time statistics unavailable, monitor cost excludes BPF time: %v", err)
+	// Per-program run time is how the recorder measures its in-kernel
+	// cost; the first window of the statistics opens now.
+	r.clock = newRunClock(time.Now(), func() (io.Closer, error) { return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)) })
+	if r.clock.on(time.Now()); r.clock.err != nil {
+		cfg.Logf("BPF run-time statistics unavailable, monitor cost excludes BPF time: %v", r.clock.err)
 	}
 	if err := r.advance(0); err != nil {
 		r.Close()
@@ -297,6 +299,7 @@ func (r *Recorder) enable(v Vital) error {
 		return err
 	}
 	r.attached[v] = a
+	r.clock.attach(time.Now(), a.progs)
 	r.setVitalStatus(v, func(s *VitalStatus) {
 		s.State, s.Reason, s.Trigger, s.Threshold = "recording", "", a.trigger, 1<<r.budget.shift[v]
 	})
@@ -408,6 +411,7 @@ func (r *Recorder) detachLocked(v Vital) error {
 	}
 	err := r.writeControl()
 	if a != nil {
+		r.clock.detach(time.Now(), a.progs)
 		a.Close()
 	}
 	return err
@@ -436,8 +440,8 @@ func (r *Recorder) Close() error {
 	if r.reader != nil {
 		r.reader.Close()
 	}
-	if r.statsOn != nil {
-		r.statsOn.Close()
+	if r.clock != nil {
+		r.clock.Close()
 	}
 	return r.objs.Close()
 }
@@ -508,6 +512,7 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			return errors.Join(fmt.Errorf("read samples: %w", err), c.stop())
 		}
 		r.probe(ep.number)
+		r.tickClock()
 		if err := c.failed(); err != nil {
 			return errors.Join(err, c.stop())
 		}

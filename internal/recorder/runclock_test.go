@@ -1,0 +1,105 @@
+package recorder
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/testutil"
+)
+
+// TestSampledRunTimeMatchesTheKernels: the run time the recorder charges
+// its programs, from statistics on a tenth of the time (runClock), is what
+// the kernel counts with them always on. A steady system call storm, one
+// thread, runs for 10 s under the syscall vital alone; for its second half
+// kernel.bpf_stats_enabled keeps the statistics on, so the clock folds
+// exact counts. The share of a CPU the programs ran must agree between
+// the halves within a third. (Per call it does not: the statistics' clock
+// reads make each call slower, and more of it counted, while they are on;
+// the storm makes a third more calls a second in the first half.)
+func TestSampledRunTimeMatchesTheKernels(t *testing.T) {
+	testutil.RequireRoot(t)
+	const sysctl = "/proc/sys/kernel/bpf_stats_enabled"
+	was, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(was) != "0\n" {
+		t.Fatalf("%s is %q: something else keeps the statistics on", sysctl, was)
+	}
+	defer os.WriteFile(sysctl, was, 0)
+	bin := testutil.BuildWorkload(t, "syscall_loop")
+	rec, err := New(Config{Epoch: time.Second, Budget: -1, Vitals: []Vital{Syscall}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	type point struct{ start, end, bpf, calls int64 }
+	var mu sync.Mutex
+	var points []point
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- rec.Run(ctx, func(e *store.Epoch) error {
+			p := point{start: e.StartNs, end: e.EndNs, bpf: e.MonitorBPFNs}
+			for _, v := range e.Vitals {
+				if v.Name == "syscall" {
+					p.calls = int64(v.Events)
+				}
+			}
+			mu.Lock()
+			points = append(points, p)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	storm := exec.Command(bin, "10")
+	if err := storm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	begun := time.Now()
+	time.Sleep(5 * time.Second)
+	exact := time.Now()
+	if err := os.WriteFile(sysctl, []byte("1\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	storm.Wait()
+	ended := time.Now()
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// In the epochs wholly in each half, a second clear of its edges.
+	var bpf, calls, wall [2]int64
+	var epochs [2]int
+	for _, p := range points {
+		half := -1
+		switch {
+		case p.start >= begun.Add(time.Second).UnixNano() && p.end <= exact.UnixNano():
+			half = 0
+		case p.start >= exact.Add(time.Second).UnixNano() && p.end <= ended.UnixNano():
+			half = 1
+		}
+		t.Logf("epoch %.1f-%.1f s: %d calls, %.1f ms of BPF (half %d)", float64(p.start-begun.UnixNano())/1e9,
+			float64(p.end-begun.UnixNano())/1e9, p.calls, float64(p.bpf)/1e6, half)
+		if half >= 0 {
+			bpf[half] += p.bpf
+			calls[half] += p.calls
+			wall[half] += p.end - p.start
+			epochs[half]++
+		}
+	}
+	if epochs[0] < 2 || epochs[1] < 2 || calls[0] == 0 || calls[1] == 0 {
+		t.Fatalf("epochs wholly in each half: %v, with %v calls; want 2 or more with calls", epochs, calls)
+	}
+	sampled, kernel := float64(bpf[0])/float64(wall[0]), float64(bpf[1])/float64(wall[1])
+	t.Logf("BPF run time: %.3f of a CPU (%.0f ns a call) from sampled statistics, %.3f (%.0f ns) from the kernel's",
+		sampled, float64(bpf[0])/float64(calls[0]), kernel, float64(bpf[1])/float64(calls[1]))
+	if r := sampled / kernel; r < 2.0/3 || r > 1.5 {
+		t.Errorf("sampled statistics charge %.3f of a CPU, %.2f times the kernel's %.3f", sampled, r, kernel)
+	}
+}
