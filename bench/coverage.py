@@ -55,7 +55,9 @@ def upper95(misses, n):
     lo, hi = misses / n, 1.0
     for _ in range(60):
         p = (lo + hi) / 2
-        cdf = sum(math.comb(n, k) * p**k * (1 - p)**(n - k) for k in range(misses + 1))
+        # in logs: math.comb(n, k) overflows a float once misses are many
+        cdf = sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                           + k * math.log(p) + (n - k) * math.log1p(-p)) for k in range(misses + 1))
         lo, hi = (p, hi) if cdf > 0.05 else (lo, p)
     return hi
 
