@@ -310,6 +310,36 @@ static __always_inline bool sketch_add(struct hl_control *ctl, __u32 vital,
 	return true;
 }
 
+/*
+ * Whether an event of weight would be sampled were it added now: the
+ * label's estimate in the active copy (read, not written) would reach a
+ * new power of t. A program that adds only some of its events to the
+ * sketch asks this first, so that the events that cross a power, the
+ * first of a rare label's above all, are never among those left out.
+ */
+static __always_inline bool sketch_would_sample(struct hl_control *ctl, __u32 vital,
+						__u64 w0, __u64 w1, __u64 w2, __u32 weight)
+{
+	__u32 copy = ctl->gen & 1;
+	__u32 key = copy * NR_VITALS + vital;
+	struct hca *h;
+	__u64 hsh, old = ~0ULL;
+
+	if (vital >= NR_VITALS)
+		return false;
+	h = bpf_map_lookup_elem(&hcas, &key);
+	if (!h)
+		return false;
+	hsh = label_hash(ctl->seed[copy], w0, w1, w2);
+#pragma unroll
+	for (int r = 0; r < HCA_ROWS; r++) {
+		__u64 o = h->c[r][(hsh >> (16 * r)) & (HCA_WIDTH - 1)];
+		if (o < old)
+			old = o;
+	}
+	return level(old + weight, ctl->shift[vital]) > level(old, ctl->shift[vital]);
+}
+
 /* Account one event in the active copy's HCA and totals. */
 static __always_inline bool sketch_update(struct hl_control *ctl, __u32 vital,
 					  __u64 w0, __u64 w1, __u64 w2,
