@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"context"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -21,27 +20,18 @@ import (
 func TestRareFastSyscallsAreSampled(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildWorkload(t, "one_syscall")
-	rec, err := New(Config{Epoch: 2 * time.Second, Budget: -1, Vitals: []Vital{Syscall}, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
 	var mu sync.Mutex
 	sampled := map[uint32]bool{}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, s := range e.Samples {
-				if nr, _ := s.Fields["syscall_nr"].(int32); s.Vital == "syscall" && nr == 110 {
-					sampled[s.Pid] = true
-				}
+	_, stop := startRecorder(t, Config{Epoch: 2 * time.Second, Budget: -1, Vitals: []Vital{Syscall}}, func(e *store.Epoch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range e.Samples {
+			if nr, _ := s.Fields["syscall_nr"].(int32); s.Vital == "syscall" && nr == 110 {
+				sampled[s.Pid] = true
 			}
-			return nil
-		})
-	}()
+		}
+		return nil
+	})
 	const labels = 16
 	var pids []uint32
 	for i := range labels {
@@ -53,9 +43,6 @@ func TestRareFastSyscallsAreSampled(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	mu.Lock()
 	defer mu.Unlock()
 	n := 0

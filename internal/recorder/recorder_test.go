@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
@@ -126,6 +127,40 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 // recordWhile records every vital, whatever it costs, into a fresh store
 // in 1 s epochs while work runs, and returns the store once the last epoch
 // is committed.
+// startRecorder runs a recorder of cfg (logging to the test by default)
+// that hands each epoch to sink. The function it returns stops it and
+// fails the test if it stopped on an error; the test's end stops it too.
+func startRecorder(t *testing.T, cfg Config, sink func(*store.Epoch) error) (*Recorder, func()) {
+	t.Helper()
+	if cfg.Logf == nil {
+		cfg.Logf = t.Logf
+	}
+	rec, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx, sink) }()
+	var once sync.Once
+	var runErr error
+	end := func() {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+			rec.Close()
+		})
+	}
+	t.Cleanup(end)
+	return rec, func() {
+		t.Helper()
+		end()
+		if runErr != nil {
+			t.Fatalf("recorder: %v", runErr)
+		}
+	}
+}
+
 func recordWhile(t *testing.T, work func(*Recorder)) *store.Store {
 	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
@@ -133,23 +168,12 @@ func recordWhile(t *testing.T, work func(*Recorder)) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	rec, err := New(Config{Epoch: time.Second, Budget: -1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
-	}()
+	rec, stop := startRecorder(t, Config{Epoch: time.Second, Budget: -1},
+		func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
 	time.Sleep(300 * time.Millisecond)
 	work(rec)
 	time.Sleep(200 * time.Millisecond)
 	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("recorder: %v", err)
-	}
 	return st
 }
 
@@ -292,11 +316,6 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 	const budget = 0.01
 	// Two-second epochs: at one second the cost of committing an epoch alone
 	// is a sizeable part of a 1% budget on a two-CPU machine.
-	rec, err := New(Config{Epoch: 2 * time.Second, Budget: budget, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
 	type point struct {
 		number    int64
 		cost      float64
@@ -306,23 +325,20 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 	var mu sync.Mutex
 	var points []point
 	storm := false
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error {
-			p := point{number: e.Epoch, cost: float64(e.MonitorBPFNs+e.MonitorUserNs) / float64((e.EndNs-e.StartNs)*int64(rec.ncpu))}
-			for _, v := range e.Vitals {
-				if v.Name == "syscall" {
-					p.threshold = v.Threshold
-				}
+	ncpu := int64(ebpf.MustPossibleCPU())
+	rec, stop := startRecorder(t, Config{Epoch: 2 * time.Second, Budget: budget}, func(e *store.Epoch) error {
+		p := point{number: e.Epoch, cost: float64(e.MonitorBPFNs+e.MonitorUserNs) / float64((e.EndNs-e.StartNs)*ncpu)}
+		for _, v := range e.Vitals {
+			if v.Name == "syscall" {
+				p.threshold = v.Threshold
 			}
-			mu.Lock()
-			p.storm = storm
-			points = append(points, p)
-			mu.Unlock()
-			return nil
-		})
-	}()
+		}
+		mu.Lock()
+		p.storm = storm
+		points = append(points, p)
+		mu.Unlock()
+		return nil
+	})
 	time.Sleep(2500 * time.Millisecond)
 	mu.Lock()
 	storm = true
@@ -343,9 +359,6 @@ func TestBudgetUnderSyscallStorm(t *testing.T) {
 	mu.Unlock()
 	time.Sleep(16 * time.Second)
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 
 	var stormPoints int
 	var stormCost float64
@@ -396,7 +409,8 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 	var changes []string
 	// Two-second epochs, as in TestBudgetUnderSyscallStorm: at one second
 	// closing an epoch alone is a sizeable part of a 1% budget.
-	rec, err := New(Config{Epoch: 2 * time.Second, Budget: 0.01, Logf: func(format string, args ...any) {
+	var user []float64
+	logf := func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
 		t.Log(line)
 		if strings.HasPrefix(line, "budget:") {
@@ -404,22 +418,13 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 			changes = append(changes, line)
 			mu.Unlock()
 		}
-	}})
-	if err != nil {
-		t.Fatal(err)
 	}
-	defer rec.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var user []float64
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error {
-			mu.Lock()
-			user = append(user, float64(e.MonitorUserNs)/float64(e.EndNs-e.StartNs))
-			mu.Unlock()
-			return nil
-		})
-	}()
+	_, stop := startRecorder(t, Config{Epoch: 2 * time.Second, Budget: 0.01, Logf: logf}, func(e *store.Epoch) error {
+		mu.Lock()
+		user = append(user, float64(e.MonitorUserNs)/float64(e.EndNs-e.StartNs))
+		mu.Unlock()
+		return nil
+	})
 	burning := make(chan struct{})
 	go func() {
 		for {
@@ -436,9 +441,6 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 	time.Sleep(9 * time.Second)
 	close(burning)
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("the process's CPU per epoch, as a share of one CPU: %.2f", user)

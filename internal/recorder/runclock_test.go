@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"sync"
@@ -33,30 +32,21 @@ func TestSampledRunTimeMatchesTheKernels(t *testing.T) {
 	}
 	defer os.WriteFile(sysctl, was, 0)
 	bin := testutil.BuildWorkload(t, "syscall_loop")
-	rec, err := New(Config{Epoch: time.Second, Budget: -1, Vitals: []Vital{Syscall}, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
 	type point struct{ start, end, bpf, calls int64 }
 	var mu sync.Mutex
 	var points []point
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- rec.Run(ctx, func(e *store.Epoch) error {
-			p := point{start: e.StartNs, end: e.EndNs, bpf: e.MonitorBPFNs}
-			for _, v := range e.Vitals {
-				if v.Name == "syscall" {
-					p.calls = int64(v.Events)
-				}
+	_, stop := startRecorder(t, Config{Epoch: time.Second, Budget: -1, Vitals: []Vital{Syscall}}, func(e *store.Epoch) error {
+		p := point{start: e.StartNs, end: e.EndNs, bpf: e.MonitorBPFNs}
+		for _, v := range e.Vitals {
+			if v.Name == "syscall" {
+				p.calls = int64(v.Events)
 			}
-			mu.Lock()
-			points = append(points, p)
-			mu.Unlock()
-			return nil
-		})
-	}()
+		}
+		mu.Lock()
+		points = append(points, p)
+		mu.Unlock()
+		return nil
+	})
 	storm := exec.Command(bin, "10")
 	if err := storm.Start(); err != nil {
 		t.Fatal(err)
@@ -70,9 +60,6 @@ func TestSampledRunTimeMatchesTheKernels(t *testing.T) {
 	storm.Wait()
 	ended := time.Now()
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	// In the epochs wholly in each half, a second clear of its edges.
 	var bpf, calls, wall [2]int64
 	var epochs [2]int
