@@ -195,6 +195,9 @@ func TestRankNoise(t *testing.T) {
 		// A steady reference and a target that moved.
 		{Name: "moved", Target: n(6, 6, 6, 6), Reference: n(4, 4, 4, 4)},
 		{Name: "per epoch", Target: n(2, 2), Reference: n(1, 1), MinSamples: 2},
+		// A reference near zero that comes in bursts, and a target far
+		// above it: its variation is small beside the rise.
+		{Name: "rose", Target: n(100, 100, 100, 100), Reference: n(0, 0, 4, 4)},
 	}
 	ranked, skipped, err := Rank(metrics, &RankOptions{MinSamples: 4})
 	if err != nil || len(skipped) != 0 {
@@ -205,22 +208,28 @@ func TestRankNoise(t *testing.T) {
 		byName[r.Name] = r
 	}
 	// bursty: W(target, reference) = 0.5·8 = 4 over the larger mean 9;
-	// halves {1, 1} and {9, 9}: W = 8 over 9. moved: 2 over 6, halves
-	// equal. per epoch: 1 over 2.
+	// halves {1, 1} and {9, 9}: W = 8 over the same 9. moved: 2 over 6,
+	// halves equal. per epoch: 1 over 2. rose: 98 over 100; halves {0, 0}
+	// and {4, 4}: W = 4, over the same 100 (over their own mean 4 it
+	// would be 1, and bury the rise).
 	if b := byName["bursty"]; !near(b.EMD, 4.0/9, 1e-12) || !near(b.Noise, 8.0/9, 1e-12) || b.Score != b.EMD {
 		t.Errorf("bursty %+v", b)
 	}
 	if m := byName["moved"]; !near(m.EMD, 2.0/6, 1e-12) || m.Noise != 0 {
 		t.Errorf("moved %+v", m)
 	}
-	if ranked[0].Name != "per epoch" || ranked[1].Name != "bursty" {
+	if r := byName["rose"]; !near(r.EMD, 0.98, 1e-12) || !near(r.Noise, 0.04, 1e-12) {
+		t.Errorf("rose %+v", r)
+	}
+	if ranked[0].Name != "rose" || ranked[1].Name != "per epoch" || ranked[2].Name != "bursty" {
 		t.Errorf("by EMD: %s, %s, %s", ranked[0].Name, ranked[1].Name, ranked[2].Name)
 	}
 	ranked, _, err = Rank(metrics, &RankOptions{MinSamples: 4, Denoise: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ranked[0].Name != "per epoch" || ranked[1].Name != "moved" || ranked[2].Name != "bursty" || ranked[2].Score != 0 {
+	if ranked[0].Name != "rose" || !near(ranked[0].Score, 0.94, 1e-12) || ranked[1].Name != "per epoch" ||
+		ranked[2].Name != "moved" || ranked[3].Name != "bursty" || ranked[3].Score != 0 {
 		t.Errorf("denoised: %+v", ranked)
 	}
 }

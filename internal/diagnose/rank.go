@@ -75,12 +75,18 @@ type Ranked struct {
 	Name string
 	// EMD is the earth mover's distance after scaling (see EMD).
 	EMD float64
-	// Noise is the EMD between the first and the second half of the
-	// reference's values (in the order given: time order for recorded
-	// metrics), scaled the same way: how much the metric differs from
-	// itself with nothing changed. Shen et al. §3.1 note that a large
+	// Noise is the earth mover's distance between the first and the
+	// second half of the reference's values (in the order given: time
+	// order for recorded metrics), divided by the same Scale as EMD: how
+	// much the metric moves with nothing changed, in the units its
+	// difference is measured in. Shen et al. §3.1 note that a large
 	// difference "may also be due to the natural variation between
 	// reference and target executions"; Noise measures that variation.
+	//
+	// Dividing by the halves' own means instead would make a metric that
+	// is near zero in the reference and comes in bursts (a rate of block
+	// requests on an idle machine, 0 in most epochs and 20 in one) vary
+	// by 1 within the reference however far the target rose above it.
 	Noise float64
 	// Score is what the ranking orders by: the EMD, or with
 	// RankOptions.Denoise EMD - Noise, at least 0 (a metric that differs
@@ -158,12 +164,12 @@ func rankOne(m Metric, o RankOptions) (Ranked, error) {
 		return Ranked{}, err
 	}
 	score, noise := dist, 0.0
-	a, b := m.Reference.halves()
-	// Halves whose means are both zero and that differ have no scale:
-	// the reference varies in a way EMD cannot measure, and the noise is
-	// taken as none.
-	if n, _, err := EMD(a, b); err == nil {
-		noise = n
+	// A reference of one value has no halves, and both means of zero no
+	// scale: its variation is taken as none.
+	if a, b := m.Reference.halves(); scale > 0 {
+		if w, err := Wasserstein(a, b); err == nil {
+			noise = w / scale
+		}
 	}
 	if o.Denoise {
 		score = math.Max(dist-noise, 0)
