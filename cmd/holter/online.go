@@ -13,7 +13,8 @@ import (
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// Online analysis in the recorder, at most every onlineEvery:
+// Online analysis in the recorder, every onlineEvery's worth of epochs (ten
+// epochs of 1 s; every epoch when epochs are longer):
 //
 //   - the filters and rules run over the epochs committed since the last
 //     run, with onlineHistory epochs before them as the detectors'
@@ -23,8 +24,17 @@ import (
 //   - the epochs since the last drift check, at least onlineTarget of
 //     them, are the target, and the previous onlineReferenceSpans checks'
 //     targets the reference (Shen et al. §3.2: the most recent interval
-//     against earlier ones). If the top-ranked metric's EMD reaches
-//     onlineEMD, a
+//     against earlier ones). Both are counted in epochs, not read off the
+//     clock: a run that came a few milliseconds before the tenth epoch's
+//     commit would otherwise find the target short, and the next check's
+//     target of nineteen epochs longer than its reference, and skip both
+//     — a workload that started in them went into the reference unseen.
+//     The metrics are ranked by their EMD beyond the reference's own
+//     variation (diagnose.RankOptions.Denoise): a machine's heavy-tailed
+//     latencies and the bursts of its near-idle rates differ from one
+//     stretch to the next as much as anything a workload changes, and
+//     ranked by EMD alone one of them tops every check, an idle
+//     machine's too. If the top metric's score reaches onlineEMD, a
 //     "reference-drift" finding is stored with the top metrics.
 //
 // It runs off the commit path, in a goroutine of its own: committing an
@@ -50,21 +60,26 @@ type online struct {
 
 	mu sync.Mutex
 	// latest is the newest committed epoch; pendingNs the start of the
-	// first one not analysed yet (0: none).
+	// first one not analysed yet (0: none), and pending how many there
+	// are.
 	latest    *store.Epoch
 	pendingNs int64
+	pending   int
 	wake      chan struct{}
 	stop      chan struct{}
 	done      chan struct{}
 
+	// every is the number of epochs between runs.
+	every int
+
 	// Owned by the worker.
-	lastDrift int64     // end of the last drift check's target
-	previous  []checked // the last onlineReferenceSpans targets, oldest first
-	last      time.Time
+	lastDrift    int64     // end of the last drift check's target
+	targetEpochs int       // epochs since then
+	previous     []checked // the last onlineReferenceSpans targets, oldest first
 }
 
 func newOnline(st *store.Store, epoch time.Duration, status func() recorder.Status, logf func(string, ...any)) *online {
-	o := &online{st: st, epoch: epoch, status: status, logf: logf,
+	o := &online{st: st, epoch: epoch, status: status, logf: logf, every: max(1, int(onlineEvery/epoch)),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go o.run()
 	return o
@@ -77,6 +92,7 @@ func (o *online) afterEpoch(e *store.Epoch) {
 	if o.pendingNs == 0 {
 		o.pendingNs = e.StartNs
 	}
+	o.pending++
 	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
@@ -92,39 +108,31 @@ func (o *online) close() {
 
 func (o *online) run() {
 	defer close(o.done)
-	var timer <-chan time.Time
 	for {
 		select {
 		case <-o.stop:
 			return
 		case <-o.wake:
-		case <-timer:
-			timer = nil
-		}
-		if wait := onlineEvery - time.Since(o.last); wait > 0 {
-			if timer == nil {
-				timer = time.After(wait)
-			}
-			continue
 		}
 		o.mu.Lock()
-		e, from := o.latest, o.pendingNs
-		o.pendingNs = 0
-		o.mu.Unlock()
-		if e == nil || from == 0 {
+		e, from, n := o.latest, o.pendingNs, o.pending
+		if n < o.every {
+			o.mu.Unlock()
 			continue
 		}
-		o.last = time.Now()
-		o.analyse(e, from)
+		o.pendingNs, o.pending = 0, 0
+		o.mu.Unlock()
+		o.analyse(e, from, n)
 	}
 }
 
-// analyse judges the epochs from fromNs to the end of e.
-func (o *online) analyse(e *store.Epoch, fromNs int64) {
+// analyse judges the n epochs from fromNs to the end of e.
+func (o *online) analyse(e *store.Epoch, fromNs int64, n int) {
 	ctx := context.Background()
 	if o.lastDrift == 0 {
 		o.lastDrift = fromNs
 	}
+	o.targetEpochs += n
 	rows, err := o.filters(ctx, e, fromNs)
 	if err == nil {
 		var drift *findings.Finding
@@ -169,41 +177,43 @@ func (o *online) filters(ctx context.Context, e *store.Epoch, fromNs int64) ([]s
 // or nothing differs enough. The reference is the previous checks' targets,
 // whose metrics are kept, so a check reads only its own epochs.
 func (o *online) drift(ctx context.Context, e *store.Epoch) (*findings.Finding, error) {
-	target := findings.Range{StartNs: o.lastDrift, EndNs: e.EndNs}
-	if target.EndNs-target.StartNs < int64(onlineTarget*o.epoch) {
+	target, n := findings.Range{StartNs: o.lastDrift, EndNs: e.EndNs}, o.targetEpochs
+	if n < onlineTarget {
 		return nil, nil
 	}
-	o.lastDrift = target.EndNs
+	o.lastDrift, o.targetEpochs = target.EndNs, 0
 	t, err := findings.Metrics(ctx, findings.FromStore(o.st), e.Host, target)
 	if err != nil {
 		return nil, err
 	}
 	var sets []*findings.MetricSet
-	ref := target
+	ref, refEpochs := target, 0
 	for _, p := range o.previous {
 		sets = append(sets, p.set)
 		ref.StartNs = min(ref.StartNs, p.r.StartNs)
+		refEpochs += p.epochs
 	}
 	ref.EndNs = target.StartNs
-	o.previous = append(o.previous, checked{target, t})
+	o.previous = append(o.previous, checked{target, n, t})
 	if len(o.previous) > onlineReferenceSpans {
 		o.previous = o.previous[1:]
 	}
-	if len(sets) == 0 || ref.EndNs-ref.StartNs < target.EndNs-target.StartNs {
+	if refEpochs < n {
 		// Too little recorded before the target: it becomes reference.
 		return nil, nil
 	}
-	ranked, _, err := findings.Compare(t, findings.Join(sets...), &diagnose.RankOptions{MinSamples: onlineTarget})
-	if err != nil || len(ranked) == 0 || ranked[0].EMD < onlineEMD {
+	ranked, _, err := findings.Compare(t, findings.Join(sets...), &diagnose.RankOptions{MinSamples: onlineTarget, Denoise: true})
+	if err != nil || len(ranked) == 0 || ranked[0].Score < onlineEMD {
 		return nil, err
 	}
 	return driftFinding(target, ref, ranked), nil
 }
 
-// checked is a drift check's target and its metrics.
+// checked is a drift check's target, its number of epochs and its metrics.
 type checked struct {
-	r   findings.Range
-	set *findings.MetricSet
+	r      findings.Range
+	epochs int
+	set    *findings.MetricSet
 }
 
 // driftFinding reports a target range that differs from its reference,
@@ -211,7 +221,7 @@ type checked struct {
 func driftFinding(target, ref findings.Range, ranked []diagnose.Ranked) *findings.Finding {
 	top := ranked[0]
 	f := &findings.Finding{Rule: "reference-drift", Timescale: findings.Epoch, Subject: top.Name,
-		StartNs: target.StartNs, EndNs: target.EndNs, Score: top.EMD,
+		StartNs: target.StartNs, EndNs: target.EndNs, Score: top.Score,
 		Summary: fmt.Sprintf("%s to %s differs from the %s before it most in %s (EMD %.2f, %.2f between the halves of the reference; mean %.4g against %.4g)",
 			fmtNs(target.StartNs), fmtNs(target.EndNs), time.Duration(ref.EndNs-ref.StartNs).Round(time.Second),
 			top.Name, top.EMD, top.Noise, top.TargetMean, top.ReferenceMean)}
@@ -220,7 +230,7 @@ func driftFinding(target, ref findings.Range, ranked []diagnose.Ranked) *finding
 			break
 		}
 		f.Evidence = append(f.Evidence, findings.Evidence{Name: r.Name, Value: r.TargetMean, Against: r.ReferenceMean,
-			Relation: fmt.Sprintf("EMD %.3f", r.EMD)})
+			Relation: fmt.Sprintf("score %.3f: EMD %.3f, %.3f within the reference", r.Score, r.EMD, r.Noise)})
 	}
 	return f
 }
