@@ -18,8 +18,8 @@
  * of t, as a rare label's first call of the epoch always does), while of
  * the other fast ones a random 1 in SYS_FAST_EVERY does, with its weight
  * multiplied by SYS_FAST_EVERY so the sketch's estimates stay unbiased.
- * A sketch update (four locked adds) costs more than reading its four
- * counters, and a syscall-heavy program makes millions of fast calls.
+ * A sketch update costs more than reading its four counters, and a
+ * syscall-heavy program makes millions of fast calls.
  * Before the check, a rare fast call was seen with probability
  * 1/SYS_FAST_EVERY, and bench/coverage.sh missed 84-87 % of them; with
  * it, under 1 %, for 23 ns more a getpid.

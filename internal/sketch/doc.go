@@ -42,7 +42,8 @@
 //
 // The paper's HCA is a single array of counters, indexed by the label hash,
 // with no handling of collisions (§4.1.2). A collision only ever raises a
-// counter, so no weight is lost from the counts, but it can hide a rare
+// counter, so no weight is lost from the counts (but for concurrent
+// updates, see below), but it can hide a rare
 // label: if its counter is shared with a frequent label, the count is
 // already large when the rare events come, the powers of t are far apart, and
 // the crossings tend to fall on the frequent label's events. That is the false
@@ -63,7 +64,10 @@
 // with probability >= 0.999), is met with room to spare at t = 2
 // (DefaultShift), and the single row of the same memory would miss it. The
 // price is four counter updates per event instead of one, within the same
-// cache-resident 8 KiB.
+// cache-resident 8 KiB. The kernel makes them with plain loads and stores,
+// not atomics, which on the page allocator's path cost a quarter of its
+// program's time (see sketch_add in bpf/sketch.h): two CPUs updating one
+// counter at the same instant lose one weight from it.
 //
 // # Other uses of the counters
 //

@@ -105,8 +105,10 @@ func sameLevel(old, weight uint32) bool {
 // value of a BPF array map element can be decoded straight into Counters, plus
 // the seed the copy was hashed with (which the kernel keeps elsewhere).
 //
-// An HCA is not safe for concurrent use. The kernel updates its counters with
-// atomic fetch-and-add; the Go twin is for a single goroutine.
+// An HCA is not safe for concurrent use. The kernel updates its counters
+// with plain loads and stores, not atomics (see sketch_add in bpf/sketch.h),
+// so two CPUs updating one counter at once can lose a weight; the Go twin is
+// for a single goroutine.
 type HCA struct {
 	Counters [Rows][Width]uint32
 	Seed     uint64
