@@ -417,9 +417,9 @@ func TestOnlineDriftOnARealRecording(t *testing.T) {
 	io := false
 	// The recorder analyses every onlineEvery's worth of epochs, after
 	// they are committed: the check whose target holds the end of the
-	// workload may come that much later, and more on a loaded machine. Until its
-	// epochs are in, the test waits without starting processes: each
-	// holter it runs faults in pages, allocates and talks to the
+	// workload may come that much later, and more on a loaded machine.
+	// Until its epochs are in, the test waits without starting processes:
+	// each holter it runs faults in pages, allocates and talks to the
 	// recorder, and that would be recorded in the same epochs as the
 	// workload.
 	r.waitNewEpochs(t, int((onlineEvery+onlineTarget*time.Second)/time.Second)+2)
@@ -450,13 +450,15 @@ func TestOnlineDriftOnARealRecording(t *testing.T) {
 		t.Logf("%s: %s (evidence %+v)", f.Subject, f.Summary, f.Evidence)
 	}
 	if !io {
-		// The whole ranking of each drift, to see where block I/O stood.
+		// Each drift's metrics as holter diff ranks them (by EMD, not
+		// beyond the reference's variation), to see where block I/O
+		// stood.
 		for _, f := range drift {
 			rng := func(a, b int64) string { return fmtNs(a) + "/" + fmtNs(b) }
 			out, errOut, _ := runHolter(t, bin, "diff", "--data", dir, "--top", "25",
 				"--target", rng(f.StartNs, f.EndNs), "--reference", rng(f.StartNs-3*(f.EndNs-f.StartNs), f.StartNs))
 			t.Logf("%s:\n%s%s", f.Subject, out, errOut)
 		}
-		t.Errorf("no drift over the workload has a block I/O metric among its top five within 15%% of the top one's EMD")
+		t.Errorf("no drift over the workload has a block I/O metric among its top five within 15%% of the top one's score")
 	}
 }
