@@ -59,8 +59,8 @@ type agentFlags struct {
 
 func addAgentFlags(fs *flag.FlagSet) agentFlags {
 	return agentFlags{
-		data:  fs.String("data", defaultDataDir, "data directory holding the store"),
-		api:   fs.String("api", "", "recorder API address (default: the one recording into --data, if any)"),
+		data:  valueFlag(fs, "data", defaultDataDir, "data directory holding the store", nonEmpty),
+		api:   valueFlag(fs, "api", "", "recorder API address (default: the one recording into --data, if any)", apiAddress),
 		token: fs.String("token", "", "API token"),
 	}
 }

@@ -105,10 +105,10 @@ func asInt(v any) int64 {
 func runFindings(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("findings", stderr)
 	af := addAgentFlags(fs)
-	since := fs.Duration("since", time.Hour, "report findings of the last DURATION")
+	since := valueFlag(fs, "since", "1h", "report findings of the last DURATION", durationIn(time.Second, maxAge, ""))
 	rng := fs.String("range", "", "report findings in START/END instead of --since (see holter diff)")
-	timescale := fs.String("timescale", findings.Epoch, "evaluate over epochs or the 5m, 1h, 1d rollups")
-	history := fs.Int("history", 20, "intervals before the range read as the detectors' baseline")
+	timescale := valueFlag(fs, "timescale", findings.Epoch, "evaluate over epochs or the 5m, 1h, 1d rollups", oneOf(timescaleNames()...))
+	history := valueFlag(fs, "history", "20", "intervals before the range read as the detectors' baseline", countIn(0, maxCount))
 	asJSON := fs.Bool("json", false, "print JSON")
 	host := fs.String("host", "", "host (default: the latest one recorded)")
 	if err := parse(fs, args); err != nil {
@@ -116,9 +116,6 @@ func runFindings(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if *since <= 0 || *history < 0 {
-		return usagef("--since and --history must be positive")
 	}
 	src, err := openSource(af)
 	if err != nil {
@@ -213,6 +210,15 @@ func epochGuess(ctx context.Context, q findings.Querier) time.Duration {
 	return time.Duration(asInt(res.Rows[0][0]))
 }
 
+// timescaleNames are what --timescale takes: epochs or a rollup.
+func timescaleNames() []string {
+	names := []string{findings.Epoch}
+	for _, ts := range store.Timescales {
+		names = append(names, ts.Name)
+	}
+	return names
+}
+
 func fmtNs(ns int64) string { return time.Unix(0, ns).UTC().Format("2006-01-02T15:04:05") }
 
 func runDiff(args []string, stdout, stderr io.Writer) error {
@@ -220,8 +226,8 @@ func runDiff(args []string, stdout, stderr io.Writer) error {
 	af := addAgentFlags(fs)
 	target := fs.String("target", "", "target range: START/END (2026-11-22T10:00/2026-11-22T10:05, -15m/-5m), the whole host's; or a run id, its own processes' and their devices'")
 	reference := fs.String("reference", "", "reference range, as --target")
-	top := fs.Int("top", 20, "metrics to print (0: all)")
-	minSamples := fs.Int("min-samples", 10, "fewest values a metric needs on each side")
+	top := valueFlag(fs, "top", "20", "metrics to print (0: all)", countIn(0, maxCount))
+	minSamples := valueFlag(fs, "min-samples", "10", "fewest values a metric needs on each side", countIn(1, maxCount))
 	asJSON := fs.Bool("json", false, "print JSON, with each metric's histograms")
 	host := fs.String("host", "", "host (default: the latest one recorded)")
 	if err := parse(fs, args); err != nil {
@@ -229,9 +235,6 @@ func runDiff(args []string, stdout, stderr io.Writer) error {
 	}
 	if *target == "" || *reference == "" {
 		return usagef("give both --target and --reference")
-	}
-	if *minSamples < 1 || *top < 0 {
-		return usagef("--min-samples must be at least 1 and --top not negative")
 	}
 	src, err := openSource(af)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,23 +22,22 @@ import (
 // whose stream broke is reported failed from then on, one with nothing new
 // slow; the others carry on.
 
-// readHosts reads --hosts (comma-separated) and --hosts-file (one a line,
-// # comments).
-func readHosts(list, file string) ([]string, error) {
-	var hosts []string
-	for _, h := range strings.Split(list, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, h)
-		}
-	}
+// readHosts adds to --hosts (parsed already) those of --hosts-file (one a
+// line, # comments).
+func readHosts(list []string, file string) ([]string, error) {
+	hosts := slices.Clone(list)
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("--hosts-file: %w", err)
 		}
-		for _, l := range strings.Split(string(b), "\n") {
+		for i, l := range strings.Split(string(b), "\n") {
 			if l, _, _ = strings.Cut(l, "#"); strings.TrimSpace(l) != "" {
-				hosts = append(hosts, strings.TrimSpace(l))
+				h := strings.TrimSpace(l)
+				if err := checkAddress(h); err != nil {
+					return nil, fmt.Errorf("--hosts-file %s:%d: %q is not an address HOST:PORT: %v", file, i+1, h, err)
+				}
+				hosts = append(hosts, h)
 			}
 		}
 	}

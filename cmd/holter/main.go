@@ -95,14 +95,21 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// parse reads args into fs, and refuses any value (given or default) its
+// flag's parser does not accept (values.go).
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			// -h parses the defaults too: a default its parser refuses
+			// shows here, in the test that asks every command for -h.
+			if bad := refusedFlag(fs); bad != nil {
+				return bad
+			}
 			return err
 		}
 		return usageError{err.Error()}
 	}
-	return nil
+	return refusedFlag(fs)
 }
 
 // defaultDataDir is where recordings live unless --data says otherwise.

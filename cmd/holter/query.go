@@ -17,7 +17,7 @@ import (
 func runQuery(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("query", stderr)
 	af := addAgentFlags(fs)
-	format := fs.String("format", "table", "output: table, csv or json")
+	format := valueFlag(fs, "format", "table", "output: table, csv or json", oneOf("table", "csv", "json"))
 	sf := addSourceFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -34,8 +34,6 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 		write = (*store.Result).WriteCSV
 	case "json":
 		write = (*store.Result).WriteJSON
-	default:
-		return usagef("unknown format %q (table, csv or json)", *format)
 	}
 	var res *store.Result
 	var err error
@@ -62,8 +60,8 @@ type sourceFlags struct {
 
 func addSourceFlags(fs *flag.FlagSet) sourceFlags {
 	return sourceFlags{
-		url:      fs.String("source", "", "read the fleet's recordings from this ClickHouse HTTP URL instead of one host's store"),
-		db:       fs.String("source-db", "holter", "ClickHouse database holding the fleet's tables"),
+		url:      valueFlag(fs, "source", "", "read the fleet's recordings from this ClickHouse HTTP URL instead of one host's store", httpURL),
+		db:       valueFlag(fs, "source-db", "holter", "ClickHouse database holding the fleet's tables", identifier),
 		user:     fs.String("source-user", "", "ClickHouse user"),
 		password: fs.String("source-password", "", "ClickHouse password (or $HOLTER_SOURCE_PASSWORD, kept out of ps)"),
 	}

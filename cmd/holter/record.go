@@ -25,31 +25,34 @@ import (
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("record", stderr)
-	data := fs.String("data", defaultDataDir, "data directory holding the store")
-	epoch := fs.Duration("epoch", recorder.DefaultEpoch, "epoch length (at least 1s)")
-	vitals := fs.String("vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "))
+	data := valueFlag(fs, "data", defaultDataDir, "data directory holding the store", nonEmpty)
+	epoch := valueFlag(fs, "epoch", formatDuration(recorder.DefaultEpoch), "epoch length", durationIn(recorder.MinEpoch, maxEpoch, ""))
+	vitals := valueFlag(fs, "vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "), vitalList(""))
 	analyse := fs.Bool("online", true, "analyse while recording: store findings and reference drift (see holter findings)")
-	budget := fs.String("budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)")
-	threshold := fs.Uint("threshold", 0, "sampling threshold t, a power of 2 (default 2^sketch.DefaultShift)")
-	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
-	schedMin := fs.Duration("sched-min", recorder.DefaultSchedMin, "scheduling delay that counts as an event")
-	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
-	api := fs.String("api", "127.0.0.1:7070", "address of the web UI and its API (empty: neither)")
+	budget := valueFlag(fs, "budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)", percentOrOff)
+	threshold := valueFlag(fs, "threshold", "0", "sampling threshold t, a power of 2 (0: 2^sketch.DefaultShift)", powerOfTwoIn(2, 1<<16))
+	cpuHz := valueFlag(fs, "cpu-hz", strconv.Itoa(recorder.DefaultCPUHz), "cpu vital sampling frequency per CPU", countIn(1, 10000))
+	schedMin := valueFlag(fs, "sched-min", formatDuration(recorder.DefaultSchedMin), "scheduling delay that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
+	blckMin := valueFlag(fs, "blck-min", formatDuration(recorder.DefaultBlckMin), "blocking time that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
+	api := valueFlag(fs, "api", "127.0.0.1:7070", "address of the web UI and its API (empty: neither)", addressOr(""))
 	token := fs.String("token", "", "API token; required for a non-loopback address")
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
-	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
-	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
-	retainSize := fs.String("retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound")
+	retainRaw := valueFlag(fs, "retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all", ageIn(maxAge))
+	retainRollups := valueFlag(fs, "retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all", ageIn(maxAge))
+	retainSize := valueFlag(fs, "retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound", sizeIn(1<<20, 1<<50, "no bound"))
 	tf := addTracingFlags(fs)
 	hostName := fs.String("host", "", "name this host's rows carry (default: the hostname)")
-	exportURL := fs.String("export", "", "ship every committed epoch to this ClickHouse HTTP URL (e.g. http://ch:8123)")
-	exportDB := fs.String("export-db", "holter", "ClickHouse database to ship into (created if missing)")
+	exportURL := valueFlag(fs, "export", "", "ship every committed epoch to this ClickHouse HTTP URL (e.g. http://ch:8123)", httpURL)
+	exportDB := valueFlag(fs, "export-db", "holter", "ClickHouse database to ship into (created if missing)", identifier)
 	exportUser := fs.String("export-user", "", "ClickHouse user")
 	exportPassword := fs.String("export-password", "", "ClickHouse password (or $HOLTER_EXPORT_PASSWORD, kept out of ps)")
-	exportSpool := fs.String("export-spool", "256MB", "size limit of the on-disk spool of unshipped batches; beyond it the oldest are dropped and counted")
-	exportRate := fs.String("export-rate", "2MB", "bytes per second shipping may use")
+	exportSpool := valueFlag(fs, "export-spool", "256MB", "size limit of the on-disk spool of unshipped batches; beyond it the oldest are dropped and counted", sizeIn(1<<20, 1<<50, ""))
+	exportRate := valueFlag(fs, "export-rate", "2MB", "bytes per second shipping may use", rateIn(1<<10, 1<<40))
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	// Catch the signals before the long set-up: an interrupt while programs
 	// are loading stops the recorder once it starts, rather than being lost
@@ -66,14 +69,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return usagef("--export: %v", err)
 		}
-		exportOpts = &export.Options{Client: ch}
-		if exportOpts.SpoolLimit, err = parseBytes(*exportSpool); err != nil {
-			return usagef("--export-spool: %v", err)
-		}
-		if exportOpts.Rate, err = parseBytes(*exportRate); err != nil || exportOpts.Rate == 0 {
-			return usagef("--export-rate: %q is not a positive size per second", *exportRate)
-		}
+		exportOpts = &export.Options{Client: ch, SpoolLimit: *exportSpool, Rate: *exportRate}
 	}
+	var shift uint
+	for 1<<shift < *threshold {
+		shift++
+	}
+	retention := store.Retention{RawAge: *retainRaw, RollupAge: *retainRollups, MaxBytes: *retainSize}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -84,39 +86,6 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	vs, err := recorder.ParseVitals(*vitals)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	var shift uint
-	if *threshold != 0 {
-		if *threshold < 2 || *threshold&(*threshold-1) != 0 {
-			return usagef("threshold %d is not a power of 2 (2, 4, 8, …)", *threshold)
-		}
-		for 1<<shift < *threshold {
-			shift++
-		}
-	}
-	budgetFrac, err := parseBudget(*budget)
-	if err != nil {
-		return usagef("--budget: %v", err)
-	}
-	var retention store.Retention
-	if retention.RawAge, err = parseAge(*retainRaw); err != nil {
-		return usagef("--retain-raw: %v", err)
-	}
-	if retention.RollupAge, err = parseAge(*retainRollups); err != nil {
-		return usagef("--retain-rollups: %v", err)
-	}
-	if retention.MaxBytes, err = parseBytes(*retainSize); err != nil {
-		return usagef("--retain-size: %v", err)
-	}
-	if *epoch < recorder.MinEpoch {
-		return usagef("epoch %v is shorter than the minimum %v", *epoch, recorder.MinEpoch)
 	}
 	if err := recorder.CheckPrivileges(); err != nil {
 		return err
@@ -139,7 +108,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz, Budget: budgetFrac,
+	cfg := recorder.Config{Epoch: *epoch, Vitals: *vitals, Shift: shift, CPUHz: *cpuHz, Budget: *budget,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
 	if cfg.Host == "" {
 		cfg.Host = hostname()
@@ -295,55 +264,8 @@ func printRecording(w io.Writer, s recorder.Status, path string) {
 // pruneEvery is how often the recorder applies the retention limits.
 const pruneEvery = 10 * time.Minute
 
-// parseBudget reads "1%", "0.5%" or "off".
-func parseBudget(s string) (float64, error) {
-	if s == "off" {
-		return -1, nil
-	}
-	pct, ok := strings.CutSuffix(s, "%")
-	var v float64
-	if _, err := fmt.Sscanf(pct, "%g", &v); !ok || err != nil || v <= 0 || v > 100 {
-		return 0, fmt.Errorf("%q is not a percentage like 1%% (or off)", s)
-	}
-	return v / 100, nil
-}
-
-// parseBytes reads a size like 256MB, 64KiB or 1000.
-func parseBytes(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}, {"", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || n < 0 || n*u.mult > 1<<62 {
-				return 0, fmt.Errorf("%q is not a size like 256MB", s)
-			}
-			return int64(n * u.mult), nil
-		}
-	}
-	return 0, fmt.Errorf("%q is not a size like 256MB", s)
-}
-
-// parseAge reads a duration that may also be given in days ("7d").
-func parseAge(s string) (time.Duration, error) {
-	if s == "0" || s == "" {
-		return 0, nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		var n float64
-		if _, err := fmt.Sscanf(days, "%g", &n); err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not a number of days", s)
-		}
-		return time.Duration(n * float64(24*time.Hour)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%q is not a duration like 7d or 36h", s)
-	}
-	return d, nil
-}
+// maxEpoch is the longest epoch: a day's samples in one transaction.
+const maxEpoch = 24 * time.Hour
 
 func vitalNames() []string {
 	var names []string

@@ -50,7 +50,7 @@ func runLatencyGraph(args []string, stdout, stderr io.Writer) error {
 	service := fs.String("service", "", "service the workload enters (required)")
 	operation := fs.String("operation", "", "operation (span name) it enters by (required)")
 	client := fs.String("client", "", "only requests of this client")
-	since := fs.Duration("since", 0, "only requests of the last DURATION (default: all retained)")
+	since := valueFlag(fs, "since", "0", "only requests of the last DURATION (0: all retained)", durationIn(time.Second, maxAge, "all retained"))
 	dot := fs.Bool("dot", false, "print Graphviz DOT")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/symbol"
 )
@@ -56,9 +56,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	params := paramFlags{}
 	fs.Var(params, "param", "execution condition NAME=VALUE (repeat)")
 	id := fs.String("id", "", "run id (default: r<N>)")
-	perfRegex := fs.String("perf-regex", "", "regular expression whose first group, in the command's last matching output line, is the performance figure (higher is better)")
-	perfMetric := fs.String("perf-metric", "", `"rate": the performance figure is 1/elapsed seconds`)
-	epoch := fs.Duration("epoch", time.Second, "epoch length of the recorder started when none runs")
+	perfRegex := valueFlag(fs, "perf-regex", "", "regular expression whose first group, in the command's last matching output line, is the performance figure (higher is better)", regexWithGroup)
+	perfMetric := valueFlag(fs, "perf-metric", "", `"rate": the performance figure is 1/elapsed seconds`, oneOf("", "rate"))
+	epoch := valueFlag(fs, "epoch", "1s", "epoch length of the recorder started when none runs", durationIn(recorder.MinEpoch, maxEpoch, ""))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -69,20 +69,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if len(params) == 0 {
 		return usagef("give the run's condition with at least one --param NAME=VALUE")
 	}
-	var re *regexp.Regexp
-	switch {
-	case *perfRegex != "" && *perfMetric != "":
+	re := *perfRegex
+	if re != nil && *perfMetric != "" {
 		return usagef("give --perf-regex or --perf-metric, not both")
-	case *perfRegex != "":
-		var err error
-		if re, err = regexp.Compile(*perfRegex); err != nil {
-			return usagef("--perf-regex: %v", err)
-		}
-		if re.NumSubexp() < 1 {
-			return usagef("--perf-regex %q has no group to capture the figure", *perfRegex)
-		}
-	case *perfMetric != "" && *perfMetric != "rate":
-		return usagef("unknown --perf-metric %q (rate)", *perfMetric)
 	}
 	c, ok := af.agent()
 	if !ok {
@@ -329,14 +318,11 @@ const runMinSamples = 10
 func runRuns(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("runs", stderr)
 	af := addAgentFlags(fs)
-	threshold := fs.Float64("threshold", diagnose.DefaultThreshold, "p-value at or below which a target is anomalous against its best reference")
-	top := fs.Int("top", 5, "metrics to print per anomalous pair")
+	threshold := valueFlag(fs, "threshold", strconv.FormatFloat(diagnose.DefaultThreshold, 'g', -1, 64), "p-value at or below which a target is anomalous against its best reference", probability)
+	top := valueFlag(fs, "top", "5", "metrics to print per anomalous pair", countIn(0, maxCount))
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if !(*threshold > 0 && *threshold <= 1) {
-		return usagef("--threshold %v is not in (0, 1]", *threshold)
 	}
 	src, err := openSource(af)
 	if err != nil {

@@ -140,8 +140,8 @@ func printRequestsStatus(w io.Writer, r *requestsStatus) {
 func runVitals(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("vitals", stderr)
 	af := addAgentFlags(fs)
-	enable := fs.String("enable", "", "comma-separated vitals to start recording")
-	disable := fs.String("disable", "", "comma-separated vitals to stop recording")
+	enable := valueFlag(fs, "enable", "", "comma-separated vitals to start recording", vitalList("none"))
+	disable := valueFlag(fs, "disable", "", "comma-separated vitals to stop recording", vitalList("none"))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -152,14 +152,13 @@ func runVitals(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, err := c.status(ctx)
 	for _, change := range []struct {
-		list string
+		list []recorder.Vital
 		on   bool
 	}{{*disable, false}, {*enable, true}} {
-		for _, name := range strings.Split(change.list, ",") {
-			if name = strings.TrimSpace(name); name == "" || err != nil {
-				continue
+		for _, v := range change.list {
+			if err == nil {
+				st, err = c.setVital(ctx, v.String(), change.on)
 			}
-			st, err = c.setVital(ctx, name, change.on)
 		}
 	}
 	if err != nil {

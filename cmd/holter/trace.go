@@ -30,17 +30,17 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	tm.phase("main")
 	fs := newFlags("trace", stderr)
 	af := addAgentFlags(fs)
-	interval := fs.Duration("interval", time.Second, "print results every interval")
-	dur := fs.Duration("for", 0, "stop after this long (default: until Ctrl-C)")
+	interval := valueFlag(fs, "interval", "1s", "print results every interval", durationIn(10*time.Millisecond, 24*time.Hour, ""))
+	dur := valueFlag(fs, "for", "0", "stop after this long (0: until Ctrl-C)", durationIn(time.Millisecond, maxAge, "until Ctrl-C"))
 	asJSON := fs.Bool("json", false, "print each interval as a line of NDJSON")
-	save := fs.String("save", "", "also keep results in the store as table trace_NAME (visible to holter query)")
+	save := valueFlag(fs, "save", "", "also keep results in the store as table trace_NAME (visible to holter query)", traceName)
 	list := fs.Bool("list", false, "list sources (matching the argument, a glob or substring) with their fields, and the ready queries")
 	explain := fs.Bool("explain", false, "show what runs in the kernel and what in user space, then exit")
 	verbose := fs.Bool("verbose", false, "with --explain, the generated instructions; on a verifier rejection, its log")
 	unsafeRead := fs.Bool("unsafe-read", false, "allow str() to read user memory at arbitrary addresses")
-	mapSize := fs.Int("map-size", 0, "keys the aggregation map holds per interval (default 10240)")
+	mapSize := valueFlag(fs, "map-size", "0", "keys the aggregation map holds per interval (0: 10240)", countIn(0, 1<<20))
 	local := fs.Bool("local", false, "run here even if a recorder's API answers")
-	hostList := fs.String("hosts", "", "run across these agents (HOST:PORT,…; --token is theirs), merging their partial aggregates")
+	hostList := valueFlag(fs, "hosts", "", "run across these agents (HOST:PORT,…; --token is theirs), merging their partial aggregates", addressList)
 	hostsFile := fs.String("hosts-file", "", "file listing agents (HOST:PORT, one a line) to run across")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: holter trace [flags] \"SELECT … FROM source …\" | @READY\n"+
@@ -61,11 +61,6 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	text, ok := tracequery.Resolve(arg)
 	if !ok {
 		return usagef("no ready query %s (ready: %s)", arg, strings.Join(tracequery.LibraryNames(), " "))
-	}
-	if *save != "" {
-		if _, err := store.TraceTable(*save); err != nil {
-			return usagef("--save: %v", err)
-		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

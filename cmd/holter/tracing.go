@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,26 +22,26 @@ import (
 // tracingFlags configure request tracing in `holter record`.
 type tracingFlags struct {
 	grpcAddr, httpAddr *string
-	maxMessage         *int
+	maxMessage         *int64
 	account            *bool
-	accountComm        *string
-	accountExe         *string
+	accountComm        *[]string
+	accountExe         *[]string
 	accountFollow      *bool
-	retainSpans        *string
+	retainSpans        *time.Duration
 	spanPeriod         *time.Duration
 }
 
 func addTracingFlags(fs *flag.FlagSet) tracingFlags {
 	return tracingFlags{
-		grpcAddr:      fs.String("otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`),
-		httpAddr:      fs.String("otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`),
-		maxMessage:    fs.Int("otlp-max-bytes", otlp.DefaultMaxMessageBytes, "largest OTLP export request accepted"),
+		grpcAddr:      valueFlag(fs, "otlp-grpc", otlp.DefaultGRPCAddr, `OTLP/gRPC trace receiver address ("off" to disable)`, addressOr("off")),
+		httpAddr:      valueFlag(fs, "otlp-http", otlp.DefaultHTTPAddr, `OTLP/HTTP trace receiver address, /v1/traces ("off" to disable)`, addressOr("off")),
+		maxMessage:    valueFlag(fs, "otlp-max-bytes", formatSize(otlp.DefaultMaxMessageBytes), "largest OTLP export request accepted", sizeIn(1<<10, 1<<30, "")),
 		account:       fs.Bool("account", true, "charge spans that carry thread.id with their thread's kernel activity (CPU, blocking, block I/O, write-back)"),
-		accountComm:   fs.String("account-comm", "", "account processes of these program names (COMM[,COMM…], as in /proc/PID/comm) from their exec, so their first requests are charged too; and their children"),
-		accountExe:    fs.String("account-exe", "", "account processes running these executables (PATH[,PATH…]) from their exec, and their children"),
+		accountComm:   valueFlag(fs, "account-comm", "", "account processes of these program names (COMM[,COMM…], as in /proc/PID/comm) from their exec, so their first requests are charged too; and their children", commList),
+		accountExe:    valueFlag(fs, "account-exe", "", "account processes running these executables (PATH[,PATH…]) from their exec, and their children", pathList),
 		accountFollow: fs.Bool("account-follow", false, "also account, from their exec, new processes of each executable whose spans were received"),
-		retainSpans:   fs.String("retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all"),
-		spanPeriod:    fs.Duration("span-period", time.Minute, "period T of the rollups raw spans are reduced to, and how often pruning runs"),
+		retainSpans:   valueFlag(fs, "retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all", ageIn(maxAge)),
+		spanPeriod:    valueFlag(fs, "span-period", "1m", "period T of the rollups raw spans are reduced to, and how often pruning runs", durationIn(time.Second, 24*time.Hour, "")),
 	}
 }
 
@@ -57,15 +58,10 @@ type tracing struct {
 // startTracing starts receiving spans, tagged with host (the recorder's
 // --host), and accounting them.
 func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.Kernel, logf func(string, ...any)) (*tracing, error) {
-	retain, err := parseAge(*f.retainSpans)
-	if err != nil {
-		return nil, usagef("--retain-spans: %v", err)
-	}
-	if *f.spanPeriod <= 0 {
-		return nil, usagef("--span-period must be positive")
-	}
+	retain := *f.retainSpans
+	var err error
 	opts := otlp.Options{GRPCAddr: *f.grpcAddr, HTTPAddr: *f.httpAddr, DisableGRPC: *f.grpcAddr == "off",
-		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: *f.maxMessage, Host: host, Write: st.WriteSpans, Logf: logf,
+		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: int(*f.maxMessage), Host: host, Write: st.WriteSpans, Logf: logf,
 		CommitDelay: spanCommitDelay}
 	if opts.DisableGRPC && opts.DisableHTTP {
 		return &tracing{cancel: func() {}}, nil
@@ -84,14 +80,14 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &tracing{cancel: cancel}
-	rules := *f.accountComm != "" || *f.accountExe != ""
+	rules := len(*f.accountComm) > 0 || len(*f.accountExe) > 0
 	if rules && !*f.account {
 		cancel()
 		return nil, usagef("--account-comm and --account-exe need --account")
 	}
 	if *f.account {
 		t.acct, err = account.New(account.Options{Host: host, Write: st.WriteThreadActivity, Logf: logf,
-			Comms: splitList(*f.accountComm), Exes: splitList(*f.accountExe), FollowExes: *f.accountFollow,
+			Comms: *f.accountComm, Exes: *f.accountExe, FollowExes: *f.accountFollow,
 			HoldUnnamed: holdUnnamed, Recent: recentActivity, Summarize: true, Kernel: kernel})
 		if err != nil {
 			if rules {
@@ -101,7 +97,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 			logf("request accounting unavailable, spans get no kernel costs: %v", err)
 		}
 		if t.acct != nil && rules {
-			logf("accounting processes of %s from their exec", strings.Trim(*f.accountComm+","+*f.accountExe, ","))
+			logf("accounting processes of %s from their exec", strings.Join(append(slices.Clone(*f.accountComm), *f.accountExe...), ","))
 		}
 	}
 	var held *requests.Held
@@ -206,17 +202,6 @@ const holdUnnamed = 15 * time.Second
 // summaries of them (account.Options.Summarize), from which spans received
 // later are charged in proportion.
 const recentActivity = 2 * holdUnnamed
-
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
-	}
-	return out
-}
 
 func orOff(addr string) string {
 	if addr == "" {

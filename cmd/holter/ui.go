@@ -22,8 +22,8 @@ const fleetTimeout = 15 * time.Second
 // over the fleet's recordings in ClickHouse (--source).
 func runUI(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("ui", stderr)
-	data := fs.String("data", defaultDataDir, "data directory holding the store")
-	api := fs.String("api", "127.0.0.1:7070", "address to serve the UI and its API on")
+	data := valueFlag(fs, "data", defaultDataDir, "data directory holding the store", nonEmpty)
+	api := valueFlag(fs, "api", "127.0.0.1:7070", "address to serve the UI and its API on", addressOr())
 	token := fs.String("token", "", "API token; required for a non-loopback address")
 	sf := addSourceFlags(fs)
 	sf.timeout = fleetTimeout
