@@ -122,6 +122,9 @@ func printRequestsStatus(w io.Writer, r *requestsStatus) {
 		if o.CommitErrors > 0 {
 			fmt.Fprintf(w, "OTLP: %d commits failed (the exporters were told to retry; see the recorder's log)\n", o.CommitErrors)
 		}
+		if o.ConnectionsRefused > 0 {
+			fmt.Fprintf(w, "OTLP: %d connections over the limit refused (HTTP answered 503, the exporters retry)\n", o.ConnectionsRefused)
+		}
 	}
 	if a := r.Accounting; a != nil {
 		attached := "attached"

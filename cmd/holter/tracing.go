@@ -248,6 +248,7 @@ func (s *requestsStatus) writeMetrics(w io.Writer) {
 		metric("holter_otlp_commits_total", "counter", "Commits of received spans.", o.Commits)
 		metric("holter_otlp_commit_errors_total", "counter", "Commits of received spans that failed (the exporters retry them).", o.CommitErrors)
 		metric("holter_otlp_spans_queued", "gauge", "Spans received and waiting for their commit.", uint64(o.QueuedSpans))
+		metric("holter_otlp_connections_refused_total", "counter", "Connections over the receivers' limit, answered 503 (HTTP) or closed (gRPC).", o.ConnectionsRefused)
 	}
 	if a := s.Accounting; a != nil {
 		metric("holter_accounting_processes", "gauge", "Processes whose threads the kernel accounting follows.", uint64(a.Tracked))

@@ -48,6 +48,8 @@ type Stats struct {
 	Commits       uint64 `json:"commits"`
 	CommitErrors  uint64 `json:"commit_errors"`
 	QueuedSpans   int    `json:"queued_spans"`
+	// ConnectionsRefused counts connections over MaxConnections.
+	ConnectionsRefused uint64 `json:"connections_refused"`
 }
 
 func newCommitter(write func(context.Context, *store.SpanBatch) error, maxDelay time.Duration, maxSpans, maxQueue int) *committer {

@@ -16,6 +16,12 @@
 // retry. Single spans that cannot be stored (a zero or short id, ending
 // before they start) are rejected alone through partial success.
 //
+// A client cannot hold the receiver by sending slowly: an HTTP request
+// must arrive within ReadTimeout (else 408), idle connections are closed,
+// and each endpoint holds at most MaxConnections at once; one more is
+// answered 503 with Retry-After (gRPC: closed, which exporters retry as
+// Unavailable) at once rather than left in the kernel's queue.
+//
 // Spans whose process.pid is a local process are reported through
 // OnProcesses, so the accounting of internal/account can start following
 // that process's threads.

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP exporters may compress
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -37,6 +38,14 @@ const (
 	DefaultCommitDelay     = 20 * time.Millisecond
 	DefaultCommitSpans     = 8192
 	DefaultMaxQueuedSpans  = 200_000
+	// DefaultReadTimeout bounds how long an HTTP request, headers and
+	// body, may take to arrive: at loopback speed the largest takes
+	// milliseconds, so only a client that holds a connection open by
+	// sending slowly waits this long.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultMaxConnections bounds the connections each endpoint holds at
+	// once; an exporter keeps one or a few.
+	DefaultMaxConnections = 256
 )
 
 // Options configures a Receiver; zero fields take the defaults. An empty
@@ -54,6 +63,11 @@ type Options struct {
 	// MaxQueuedSpans bounds the spans waiting for a commit; beyond it
 	// exporters are told to retry (gRPC Unavailable, HTTP 503).
 	MaxQueuedSpans int
+	// ReadTimeout bounds the arrival of an HTTP request, and an idle gRPC
+	// connection's life; MaxConnections the connections of each endpoint:
+	// one over it is answered 503 with Retry-After (HTTP) or closed (gRPC).
+	ReadTimeout    time.Duration
+	MaxConnections int
 	// Host names spans whose resource has no host.name: the receiver
 	// listens on loopback by default, so they come from this host.
 	Host string
@@ -76,9 +90,9 @@ type Receiver struct {
 	opts     Options
 	commit   *committer
 	grpc     *grpc.Server
-	grpcLn   net.Listener
+	grpcLn   *connLimiter
 	http     *http.Server
-	httpLn   net.Listener
+	httpLn   *connLimiter
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	rejected uint64
@@ -111,14 +125,26 @@ func Listen(opts Options) (*Receiver, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
 	r := &Receiver{opts: opts}
 	if !opts.DisableGRPC {
 		ln, err := net.Listen("tcp", opts.GRPCAddr)
 		if err != nil {
 			return nil, fmt.Errorf("otlp grpc listen on %s: %w", opts.GRPCAddr, err)
 		}
-		r.grpcLn = ln
-		r.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(opts.MaxMessageBytes), grpc.ForceServerCodec(lateCodec{}))
+		r.grpcLn = limitConnections(ln, opts.MaxConnections, nil)
+		r.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(opts.MaxMessageBytes), grpc.ForceServerCodec(lateCodec{}),
+			grpc.ConnectionTimeout(opts.ReadTimeout),
+			grpc.MaxConcurrentStreams(maxStreams),
+			// Idle connections are closed, and clients that ping more
+			// often than exporters need to are cut off.
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 4 * opts.ReadTimeout, Time: 2 * opts.ReadTimeout, Timeout: opts.ReadTimeout}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 		r.grpc.RegisterService(&traceServiceDesc, r)
 	}
 	if !opts.DisableHTTP {
@@ -129,10 +155,14 @@ func Listen(opts Options) (*Receiver, error) {
 			}
 			return nil, fmt.Errorf("otlp http listen on %s: %w", opts.HTTPAddr, err)
 		}
-		r.httpLn = ln
+		r.httpLn = limitConnections(ln, opts.MaxConnections, refuseHTTP)
 		mux := http.NewServeMux()
 		mux.HandleFunc("/v1/traces", r.serveHTTP)
-		r.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		r.http = &http.Server{Handler: mux, ReadHeaderTimeout: min(10*time.Second, opts.ReadTimeout),
+			ReadTimeout: opts.ReadTimeout, IdleTimeout: 4 * opts.ReadTimeout, MaxHeaderBytes: maxHeaderBytes,
+			// A response waits for its spans' commit: that long, and the
+			// writing, and the exporter retries.
+			WriteTimeout: opts.ReadTimeout + time.Minute}
 	}
 	r.commit = newCommitter(opts.Write, opts.CommitDelay, opts.CommitSpans, opts.MaxQueuedSpans)
 	return r, nil
@@ -142,12 +172,19 @@ func Listen(opts Options) (*Receiver, error) {
 func (r *Receiver) GRPCAddr() string { return addrOf(r.grpcLn) }
 func (r *Receiver) HTTPAddr() string { return addrOf(r.httpLn) }
 
-func addrOf(ln net.Listener) string {
+func addrOf(ln *connLimiter) string {
 	if ln == nil {
 		return ""
 	}
 	return ln.Addr().String()
 }
+
+// maxStreams bounds the concurrent exports of one gRPC connection, and
+// maxHeaderBytes an HTTP request's headers.
+const (
+	maxStreams     = 64
+	maxHeaderBytes = 64 << 10
+)
 
 // Serve answers on the bound endpoints until Shutdown.
 func (r *Receiver) Serve() {
@@ -195,6 +232,11 @@ func (r *Receiver) Stats() Stats {
 	r.mu.Lock()
 	s.Requests, s.SpansRejected = r.requests, r.rejected
 	r.mu.Unlock()
+	for _, ln := range []*connLimiter{r.grpcLn, r.httpLn} {
+		if ln != nil {
+			s.ConnectionsRefused += ln.refused.Load()
+		}
+	}
 	return s
 }
 
@@ -332,6 +374,12 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 			writeStatus(w, ctype, http.StatusUnsupportedMediaType, codes.InvalidArgument, fmt.Sprintf("content encoding %q: takes gzip or none", enc))
 			return
 		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		writeStatus(w, ctype, http.StatusRequestTimeout, codes.DeadlineExceeded,
+			fmt.Sprintf("request body not received within %v", r.opts.ReadTimeout))
+		return
 	}
 	if errors.Is(err, errTooLarge) {
 		writeStatus(w, ctype, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
