@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -143,7 +144,7 @@ func (o *online) analyse(e *store.Epoch, fromNs int64, n int) {
 	if err == nil {
 		err = o.st.AddFindings(ctx, rows, int64(o.epoch/2))
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, store.ErrUnavailable) { // a storage fault is the store's to report
 		o.logf("findings after epoch %d: %v", e.Epoch, err)
 	}
 }

@@ -97,7 +97,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
 		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
 	}
-	st, err := store.Open(*data, nil)
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	st, err := store.Open(*data, &store.Options{Logf: logf})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("another process is already recording into %s: %w", *data, err)
@@ -105,9 +108,6 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	logf := func(format string, a ...any) {
-		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
-	}
 	cfg := recorder.Config{Epoch: *epoch, Vitals: *vitals, Shift: shift, CPUHz: *cpuHz, Budget: *budget,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
 	if cfg.Host == "" {
@@ -127,7 +127,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	var tracingNow atomic.Pointer[tracing]
 	var exporter *export.Exporter
 	status := func() any {
-		s := agentStatus{Status: rec.Status()}
+		h := st.Health()
+		s := agentStatus{Status: rec.Status(), Storage: &h}
 		if exporter != nil {
 			es := exporter.Status()
 			s.Export = &es

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
@@ -53,6 +54,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 // and request tracing's once it runs.
 type agentStatus struct {
 	recorder.Status
+	// Storage is the store's: whether it takes writes.
+	Storage  *store.Health   `json:"storage,omitempty"`
 	Requests *requestsStatus `json:"requests,omitempty"`
 }
 
@@ -64,13 +67,32 @@ func printStatus(w io.Writer, s *agentStatus) {
 	}
 	fmt.Fprintf(w, "current epoch %d, last committed %d, monitor CPU %.3f%% of the machine in the last epoch (%s)\n",
 		s.CurrentEpoch, s.LastCommitted, s.MonitorCPU, budget)
+	if h := s.Storage; h != nil && h.State != "ok" {
+		fmt.Fprintf(w, "STORAGE FAILING since %s (%s): %s\n", h.Since.Format("2006-01-02 15:04:05 UTC"), h.Fault, h.LastError)
+		fmt.Fprintf(w, "  %d epochs held in memory until the store takes them; OTLP exports are answered 503 and retried\n", s.HeldEpochs)
+	}
+	if h := s.Storage; h != nil && h.Faults > 0 {
+		fmt.Fprintf(w, "storage faults since the recorder started: %d, %d writes failed in them\n", h.Faults, h.FailedWrites)
+	}
 	if s.SkippedEpochs > 0 {
-		fmt.Fprintf(w, "epochs that could not be committed (see the recorder's log): %d\n", s.SkippedEpochs)
+		fmt.Fprintf(w, "epochs that could not be committed, dropped (see the recorder's log): %d\n", s.SkippedEpochs)
 	}
 	if s.LateSamples > 0 {
 		fmt.Fprintf(w, "samples dropped for arriving after their epoch closed: %d\n", s.LateSamples)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	unstored := false
+	for _, v := range s.Vitals {
+		unstored = unstored || v.UnstoredSamples > 0 || v.UnstoredEvents > 0
+	}
+	if unstored {
+		fmt.Fprintln(w, "events and samples in the dropped epochs, by vital:")
+		for _, v := range s.Vitals {
+			if v.UnstoredSamples > 0 || v.UnstoredEvents > 0 {
+				fmt.Fprintf(w, "  %-8s %d events, %d samples\n", v.Name, v.UnstoredEvents, v.UnstoredSamples)
+			}
+		}
+	}
 	fmt.Fprintln(tw, "VITAL\tSTATE\tTHRESHOLD\tEVENTS\tSAMPLES\tLOST\tDETAIL")
 	for _, v := range s.Vitals {
 		detail := v.Trigger

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -160,7 +161,8 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 			case <-charge.C:
 				if t.acct != nil {
 					passes++
-					if _, err := requests.Pass(ctx, st, t.acct, held, time.Now().UnixNano(), passes); err != nil && ctx.Err() == nil {
+					// A storage fault is the store's to report, once.
+					if _, err := requests.Pass(ctx, st, t.acct, held, time.Now().UnixNano(), passes); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnavailable) {
 						logf("accounting: %v", err)
 					}
 				}
@@ -258,6 +260,7 @@ func (s *requestsStatus) writeMetrics(w io.Writer) {
 		metric("holter_accounting_processes_refused_total", "counter", "Processes not tracked (tracked map full).", a.Refused)
 		metric("holter_accounting_intervals_committed_total", "counter", "Thread intervals committed to the store.", a.Committed)
 		metric("holter_accounting_intervals_dropped_total", "counter", "Intervals of threads no span named, dropped.", a.Dropped)
+		metric("holter_accounting_intervals_unstored_total", "counter", "Thread intervals the store could not take (a storage fault), dropped.", a.Unstored)
 		metric("holter_accounting_switches_unseen_total", "counter", "Context switches of followed threads the sched_switch tracepoint did not report, their runs recorded from the threads' CPU clocks.", a.Unseen)
 	}
 }

@@ -118,6 +118,9 @@ type Stats struct {
 	// around each is recorded from the thread's CPU clock, its start or
 	// end inferred.
 	Unseen uint64 `json:"unseen_switches"`
+	// Unstored counts intervals the store could not take (a storage
+	// fault: its log says so), dropped.
+	Unstored uint64 `json:"unstored_intervals"`
 }
 
 // Accountant records the exact on-CPU, off-CPU and block I/O intervals of
@@ -617,7 +620,7 @@ func (a *Accountant) flush() error {
 	}
 	a.mu.Unlock()
 	if err := a.opts.Write(context.Background(), out); err != nil {
-		return err
+		return a.unstored(committed, err)
 	}
 	a.mu.Lock()
 	a.watermark = now
@@ -673,12 +676,26 @@ func (a *Accountant) SpanThreads(threads [][2]uint32) {
 		return
 	}
 	if err := a.opts.Write(context.Background(), out); err != nil {
-		a.opts.Logf("accounting: %v", err)
+		if err = a.unstored(n, err); err != nil {
+			a.opts.Logf("accounting: %v", err)
+		}
 		return
 	}
 	a.mu.Lock()
 	a.stats.Committed += n
 	a.mu.Unlock()
+}
+
+// unstored counts n intervals the store refused; a storage fault is the
+// store's to report, and is not returned.
+func (a *Accountant) unstored(n uint64, err error) error {
+	if !errors.Is(err, store.ErrUnavailable) {
+		return err
+	}
+	a.mu.Lock()
+	a.stats.Unstored += n
+	a.mu.Unlock()
+	return nil
 }
 
 // recordHeader is the size of a record without a kernel stack

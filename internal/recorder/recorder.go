@@ -42,6 +42,9 @@ type Config struct {
 	BlckMin  time.Duration
 	// FirstEpoch numbers the first epoch (a restarted recorder continues).
 	FirstEpoch int64
+	// HoldEpochs and HoldSamples bound the epochs held in memory while
+	// the store cannot take them (commit.go).
+	HoldEpochs, HoldSamples int
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -97,6 +100,12 @@ func (c *Config) setDefaults() error {
 	if c.FirstEpoch == 0 {
 		c.FirstEpoch = 1
 	}
+	if c.HoldEpochs <= 0 {
+		c.HoldEpochs = DefaultHoldEpochs
+	}
+	if c.HoldSamples <= 0 {
+		c.HoldSamples = DefaultHoldSamples
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -116,17 +125,24 @@ type VitalStatus struct {
 	Samples uint64 `json:"samples"`
 	Lost    uint64 `json:"lost"`
 	NoStack uint64 `json:"no_stack"`
+	// Unstored are the events and samples of the epochs dropped because
+	// the store could not take them.
+	UnstoredEvents  uint64 `json:"unstored_events"`
+	UnstoredSamples uint64 `json:"unstored_samples"`
 }
 
 // Status is a snapshot of the recorder.
 type Status struct {
-	Host          string        `json:"host"`
-	Started       time.Time     `json:"started"`
-	Epoch         string        `json:"epoch_length"`
-	CurrentEpoch  int64         `json:"current_epoch"`
-	LastCommitted int64         `json:"last_committed_epoch"`
-	LateSamples   uint64        `json:"late_samples"`
+	Host          string    `json:"host"`
+	Started       time.Time `json:"started"`
+	Epoch         string    `json:"epoch_length"`
+	CurrentEpoch  int64     `json:"current_epoch"`
+	LastCommitted int64     `json:"last_committed_epoch"`
+	LateSamples   uint64    `json:"late_samples"`
+	// SkippedEpochs are epochs not committed and dropped; HeldEpochs those
+	// held in memory while the store cannot take them (commit.go).
 	SkippedEpochs uint64        `json:"skipped_epochs"`
+	HeldEpochs    int           `json:"held_epochs"`
 	MonitorCPU    float64       `json:"monitor_cpu_percent_last_epoch"`
 	BudgetPercent float64       `json:"budget_percent"`
 	Vitals        []VitalStatus `json:"vitals"`
@@ -139,10 +155,6 @@ type Status struct {
 // submits without wake-ups, so this bounds how long a sample waits and how
 // often the recorder wakes; the 4 MiB ring holds ~3800 samples.
 const pollInterval = 100 * time.Millisecond
-
-// maxSinkFailures is how many epochs in a row may fail to commit before
-// Run gives up.
-const maxSinkFailures = 10
 
 // Recorder owns the BPF objects of the vital signs.
 type Recorder struct {
@@ -448,7 +460,8 @@ func (r *Recorder) Close() error {
 
 // Run records epochs until ctx ends, handing each finished epoch to sink.
 // The epoch in progress when ctx ends is finished and handed over too. An
-// error from sink stops the recorder.
+// error from sink does not stop the recorder: the epoch is held and given
+// again while the store is unavailable, else dropped (commit.go).
 func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error {
 	// The epoch loop stays on one thread so that its CPU time, the
 	// vitals' user-space cost, can be measured (threadCPUTime) apart from
@@ -513,9 +526,6 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		}
 		r.probe(ep.number)
 		r.tickClock()
-		if err := c.failed(); err != nil {
-			return errors.Join(err, c.stop())
-		}
 		stopping := ctx.Err() != nil
 		if !stopping && time.Now().Before(boundary) {
 			continue
@@ -533,60 +543,4 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		}
 		ep = next
 	}
-}
-
-// committer hands closed epochs to the sink on a thread of its own.
-type committer struct {
-	queue    chan *store.Epoch
-	finished chan struct{}
-	mu       sync.Mutex
-	err      error // set when the sink failed maxSinkFailures times in a row
-}
-
-func (r *Recorder) startCommitter(sink func(*store.Epoch) error) *committer {
-	c := &committer{queue: make(chan *store.Epoch, 2), finished: make(chan struct{})}
-	go func() {
-		defer close(c.finished)
-		failures := 0
-		for e := range c.queue {
-			if failures >= maxSinkFailures {
-				continue // stopping: Run returns the error
-			}
-			err := sink(e)
-			if err == nil {
-				failures = 0
-				r.mu.Lock()
-				r.status.LastCommitted = e.Epoch
-				r.mu.Unlock()
-				continue
-			}
-			// An always-on recorder outlives a full disk: the epoch is
-			// skipped, counted, and recording goes on. A sink that keeps
-			// failing stops it.
-			failures++
-			r.cfg.Logf("epoch %d not committed: %v", e.Epoch, err)
-			r.mu.Lock()
-			r.status.SkippedEpochs++
-			r.mu.Unlock()
-			if failures >= maxSinkFailures {
-				c.mu.Lock()
-				c.err = fmt.Errorf("%d epochs in a row could not be committed, last: %w", failures, err)
-				c.mu.Unlock()
-			}
-		}
-	}()
-	return c
-}
-
-func (c *committer) failed() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-// stop commits what is queued and waits for it.
-func (c *committer) stop() error {
-	close(c.queue)
-	<-c.finished
-	return c.failed()
 }

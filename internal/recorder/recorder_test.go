@@ -228,8 +228,8 @@ func toInt(v any) int64 {
 	return n
 }
 
-// TestSinkFailureSkipsEpoch checks that an epoch the store cannot take (a
-// full disk, say) is counted as skipped and recording goes on.
+// TestSinkFailureSkipsEpoch checks that an epoch the sink refuses for good
+// (not for a storage fault) is counted as skipped and recording goes on.
 func TestSinkFailureSkipsEpoch(t *testing.T) {
 	testutil.RequireRoot(t)
 	rec, err := New(Config{Epoch: time.Second, Vitals: []Vital{CPU}, Logf: t.Logf})
@@ -456,5 +456,66 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 				t.Errorf("a vital was charged %.2f%% of the machine: %s", pct, c)
 			}
 		}
+	}
+}
+
+// TestUnavailableStoreHoldsEpochs: epochs the store cannot take for now
+// (store.ErrUnavailable) are held and given again, in order, once it takes
+// them: none is missing. Beyond the held bounds the oldest are dropped,
+// and counted with their vitals' events and samples.
+func TestUnavailableStoreHoldsEpochs(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, c := range []struct {
+		name string
+		hold int
+	}{{"within the bounds", 0}, {"beyond them", 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			rec, err := New(Config{Epoch: time.Second, Vitals: []Vital{CPU}, Logf: t.Logf, HoldEpochs: c.hold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rec.Close()
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			var committed []int64
+			var calls int
+			failUntil := time.Now().Add(4500 * time.Millisecond)
+			err = rec.Run(ctx, func(e *store.Epoch) error {
+				calls++
+				if time.Now().Before(failUntil) {
+					return fmt.Errorf("write epoch %d: %w: disk full", e.Epoch, store.ErrUnavailable)
+				}
+				committed = append(committed, e.Epoch)
+				if len(committed) >= 6 {
+					stop()
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("recorder stopped on an unavailable store: %v", err)
+			}
+			st := rec.Status()
+			for i := 1; i < len(committed); i++ {
+				if committed[i] != committed[i-1]+1 {
+					t.Fatalf("epochs committed out of order or with a gap: %v", committed)
+				}
+			}
+			var unstored uint64
+			for _, v := range st.Vitals {
+				unstored += v.UnstoredEvents
+			}
+			t.Logf("committed %v after %d calls; dropped %d, held %d, unstored events %d", committed, calls, st.SkippedEpochs, st.HeldEpochs, unstored)
+			if c.hold == 0 {
+				if committed[0] != 1 || st.SkippedEpochs != 0 || unstored != 0 {
+					t.Errorf("within the bounds nothing is dropped: committed %v, dropped %d", committed, st.SkippedEpochs)
+				}
+			} else if committed[0] == 1 || st.SkippedEpochs != uint64(committed[0]-1) || unstored == 0 {
+				t.Errorf("beyond %d held epochs the oldest go and are counted: committed %v, dropped %d, unstored events %d",
+					c.hold, committed, st.SkippedEpochs, unstored)
+			}
+			if st.HeldEpochs != 0 || calls <= len(committed) {
+				t.Errorf("held %d at the end, %d calls for %d epochs committed", st.HeldEpochs, calls, len(committed))
+			}
+		})
 	}
 }

@@ -59,7 +59,7 @@ type Finding struct {
 // than mergeGapNs after the stored one ends — extends it instead of adding
 // a row, so a condition that lasts many epochs is one finding whose range
 // grows (its score becomes the larger of the two, its detail the newer).
-func (s *Store) AddFindings(ctx context.Context, fs []Finding, mergeGapNs int64) error {
+func (s *Store) AddFindings(ctx context.Context, fs []Finding, mergeGapNs int64) (err error) {
 	if s.readOnly {
 		return errors.New("add findings: store is open read-only")
 	}
@@ -68,6 +68,10 @@ func (s *Store) AddFindings(ctx context.Context, fs []Finding, mergeGapNs int64)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.writable(); err != nil {
+		return fmt.Errorf("add findings: %w", err)
+	}
+	defer func() { err = s.wrote(err) }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("add findings: %w", err)
@@ -130,7 +134,7 @@ type Run struct {
 var ErrRunExists = errors.New("a run with this id exists")
 
 // AddRun adds a run to the catalog.
-func (s *Store) AddRun(ctx context.Context, r Run) error {
+func (s *Store) AddRun(ctx context.Context, r Run) (err error) {
 	if s.readOnly {
 		return errors.New("add run: store is open read-only")
 	}
@@ -143,6 +147,10 @@ func (s *Store) AddRun(ctx context.Context, r Run) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.writable(); err != nil {
+		return fmt.Errorf("add run %q: %w", r.ID, err)
+	}
+	defer func() { err = s.wrote(err) }()
 	var exists bool
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) > 0 FROM runs WHERE id = ?`, r.ID).Scan(&exists); err != nil {
 		return fmt.Errorf("add run %q: %w", r.ID, err)

@@ -484,12 +484,16 @@ func nullI64(v int64) driver.Value {
 
 // inTx runs fn in one transaction on one connection, under the writer's
 // lock, so span commits and epoch commits do not interleave.
-func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) error) error {
+func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) error) (err error) {
 	if s.readOnly {
 		return fmt.Errorf("%s: store is open read-only", what)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.writable(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() { err = s.wrote(err) }()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)

@@ -35,8 +35,11 @@ type PruneReport struct {
 
 // Prune applies r as of now. Each step is its own transaction, and an
 // epoch is removed whole (its vitals and samples with it).
-func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (PruneReport, error) {
-	var rep PruneReport
+func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (rep PruneReport, err error) {
+	if err := s.failing(); err != nil {
+		return rep, fmt.Errorf("prune: %w", err)
+	}
+	defer func() { err = s.wrote(err) }()
 	if r.RawAge > 0 {
 		n, err := s.pruneEpochsBefore(ctx, now.Add(-r.RawAge).UnixNano())
 		if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -26,13 +28,17 @@ var ErrLocked = errors.New("store is locked by another process")
 type Options struct {
 	// ReadOnly opens an existing store without taking the writer's lock.
 	ReadOnly bool
+	// Logf is told when a storage fault starts and when it clears
+	// (fault.go); nil discards it.
+	Logf func(format string, args ...any)
 }
 
 // Store is an open holter database.
 type Store struct {
-	db       *sql.DB
+	db       *handle
 	path     string
 	readOnly bool
+	health   health
 
 	mu          sync.Mutex
 	knownStacks map[uint64]struct{}
@@ -45,8 +51,9 @@ type Store struct {
 }
 
 // Open opens (creating if needed and not read-only) the store in dir.
-// An existing file is never overwritten: if it cannot be opened the error
-// says so and the file is left as it was.
+// An existing file is never overwritten, and not written at all unless it
+// passed the checks of verify.go: if it cannot be opened the error says so
+// and the file is left as it was.
 func Open(dir string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -60,24 +67,30 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	existed := fileHasData(path)
-
-	dsn := path
-	if opts.ReadOnly {
-		dsn += "?access_mode=READ_ONLY"
+	if existed {
+		if err := checkWAL(path); err != nil {
+			return nil, err
+		}
+		if !opts.ReadOnly {
+			if err := verifyExisting(path); err != nil {
+				return nil, err
+			}
+			if err := checkSpace(path); err != nil {
+				return nil, err
+			}
+		}
 	}
-	connector, err := duckdb.NewConnector(dsn, nil)
+	db, err := openInstance(path, opts.ReadOnly)
 	if err != nil {
 		return nil, openError(path, existed, err)
 	}
-	db := sql.OpenDB(connector)
-	// A few connections, so a long user query does not hold up a commit.
-	db.SetMaxOpenConns(4)
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, openError(path, existed, err)
-	}
-	s := &Store{db: db, path: path, readOnly: opts.ReadOnly,
+	s := &Store{db: newHandle(db), path: path, readOnly: opts.ReadOnly,
 		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}}
+	s.health.h.State = "ok"
+	s.health.logf = opts.Logf
+	if s.health.logf == nil {
+		s.health.logf = func(string, ...any) {}
+	}
 	if !opts.ReadOnly {
 		if err := s.migrate(existed); err != nil {
 			db.Close()
@@ -87,7 +100,28 @@ func Open(dir string, opts *Options) (*Store, error) {
 			db.Close()
 			return nil, err
 		}
+		s.noteIdentity()
 	} else if err := s.checkVersion(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openInstance opens a DuckDB instance of the file at path, configured.
+func openInstance(path string, readOnly bool) (*sql.DB, error) {
+	dsn := path
+	if readOnly {
+		dsn += "?access_mode=READ_ONLY"
+	}
+	connector, err := duckdb.NewConnector(dsn, nil)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	// A few connections, so a long user query does not hold up a commit.
+	db.SetMaxOpenConns(4)
+	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -95,10 +129,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// recorder is a guest on the host it watches: DuckDB may cache this much
 	// and runs its work on the calling thread, where the recorder can
 	// measure it (see recorder's budget) rather than on a pool of its own.
+	// Closing does not checkpoint: an instance closed for a storage fault
+	// (fault.go) must write nothing more; Close checkpoints a healthy one.
 	for _, stmt := range []string{
 		"SET memory_limit = '256MB'",
 		"SET threads = 1",
 		"SET enable_external_access = false",
+		"PRAGMA disable_checkpoint_on_shutdown",
 		"SET lock_configuration = true",
 	} {
 		if _, err := db.Exec(stmt); err != nil {
@@ -106,7 +143,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("open store: %s: %w", stmt, err)
 		}
 	}
-	return s, nil
+	return db, nil
 }
 
 func fileHasData(path string) bool {
@@ -138,21 +175,27 @@ func openError(path string, existed bool, err error) error {
 }
 
 // isLockConflict tells DuckDB's "file is locked" failure from others. DuckDB
-// reports it only as text, so the lock file itself is probed instead.
+// reports it only as text (a corrupt block's error says "block", which
+// has "lock" in it).
 func isLockConflict(err error) bool {
-	var de *duckdb.Error
-	if errors.As(err, &de) {
-		return de.Type == duckdb.ErrorTypeIO && strings.Contains(de.Msg, "lock")
-	}
-	// Connecting flattens DuckDB's error into the driver's text
-	// (duckdb-go v2.5.0), so there is no *duckdb.Error to look at.
-	return strings.Contains(err.Error(), "IO Error: Could not set lock on file")
+	return strings.Contains(err.Error(), "Could not set lock on file")
 }
 
+// migrate brings the schema up to date. A store whose schema is this
+// holter's already (its version and the digest of the statements that
+// made it) is not written to: opening a store writes nothing until an
+// epoch commits.
 func (s *Store) migrate(existed bool) error {
+	ddl := append(append(append(append(slices.Clone(schema), fieldColumnDDL()...), rollupSchema...), requestsDDL...), requestViews...)
+	digest := fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(ddl, ";\n"))))
 	if existed {
 		if err := s.checkVersion(); err != nil {
 			return err
+		}
+		var version, made sql.NullString
+		err := s.db.QueryRow(`SELECT max(value) FILTER (key = 'schema_version'), max(value) FILTER (key = 'schema_ddl') FROM meta`).Scan(&version, &made)
+		if err == nil && version.String == fmt.Sprint(schemaVersion) && made.String == digest {
+			return nil
 		}
 	}
 	tx, err := s.db.Begin()
@@ -160,12 +203,12 @@ func (s *Store) migrate(existed bool) error {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	defer tx.Rollback()
-	for _, stmt := range append(append(append(append(schema, fieldColumnDDL()...), rollupSchema...), requestsDDL...), requestViews...) {
+	for _, stmt := range ddl {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("migrate store: %w", err)
 		}
 	}
-	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)`, fmt.Sprint(schemaVersion)); err != nil {
+	if _, err := tx.Exec(`INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), ('schema_ddl', ?)`, fmt.Sprint(schemaVersion), digest); err != nil {
 		return fmt.Errorf("migrate store: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -230,7 +273,14 @@ func (s *Store) checkVersion() error {
 func (s *Store) Path() string { return s.path }
 
 // Close closes the database; committed epochs are durable already.
-func (s *Store) Close() error { return s.db.Close() }
+// A healthy writer's log is checkpointed into the file first, as DuckDB
+// would on closing; an instance a fault closed writes nothing more.
+func (s *Store) Close() error {
+	if !s.readOnly && s.failing() == nil {
+		s.db.Exec("CHECKPOINT")
+	}
+	return s.db.Close()
+}
 
 // NextEpoch returns the number the next epoch of host should get: one past
 // the last committed, so a restarted recorder continues the sequence.
@@ -314,13 +364,31 @@ func nullID(id uint64) driver.Value {
 	return id
 }
 
-// WriteEpoch commits one epoch in a single transaction.
-func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
+// WriteEpoch commits one epoch in a single transaction. In a storage
+// fault it fails with ErrUnavailable, and may be given the epoch again
+// once the fault clears.
+func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) (err error) {
 	if s.readOnly {
 		return errors.New("write epoch: store is open read-only")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.writable(); err != nil {
+		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	defer func() { err = s.wrote(err) }()
+	if s.hadFault() {
+		// An epoch whose commit failed in a fault may be in the store (its
+		// log was written, its checkpoint was not): then it is given again
+		// for nothing.
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM epochs WHERE host = ? AND epoch = ?`, e.Host, e.Epoch).Scan(&n); err != nil {
+			return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)

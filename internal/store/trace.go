@@ -25,7 +25,7 @@ func TraceTable(name string) (string, error) {
 // (created on first use): the interval's bounds, then the result's
 // columns. Numbers and strings keep their type; anything nested
 // (histograms, samples) is kept as JSON text.
-func (s *Store) SaveTrace(ctx context.Context, name string, start, end time.Time, res *Result) error {
+func (s *Store) SaveTrace(ctx context.Context, name string, start, end time.Time, res *Result) (err error) {
 	if s.readOnly {
 		return errors.New("save trace: store is open read-only")
 	}
@@ -45,6 +45,10 @@ func (s *Store) SaveTrace(ctx context.Context, name string, start, end time.Time
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.writable(); err != nil {
+		return fmt.Errorf("save trace: %w", err)
+	}
+	defer func() { err = s.wrote(err) }()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("save trace: %w", err)

@@ -1,0 +1,410 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/duckdb/duckdb-go/v2"
+	"golang.org/x/sys/unix"
+)
+
+// Storage faults. A write that fails because the file system cannot take
+// it (full, read-only, failing) puts the store in a fault, and so does its
+// file going away (deleted, replaced, or its file system unmounted): the
+// DuckDB instance is closed at once, without a checkpoint, since one whose
+// commit failed midway is not fit to go on (in DuckDB 1.4.3 the next
+// transaction touching the same index read freed memory and crashed the
+// process). While the fault lasts every write fails at once with
+// ErrUnavailable, and queries with it too. At most every faultRetry a
+// write first checks that the store's own file is in place, and its file
+// system writable with room, and then opens the store again: the fault has
+// cleared. A deleted store is not recreated: what was committed went with
+// it, and a new recording is the operator's call (restart the recorder).
+
+// ErrUnavailable is returned for writes (and queries) while a storage
+// fault lasts: nothing was written, and a later write may succeed.
+var ErrUnavailable = errors.New("store unavailable")
+
+// Health is the state of the store's storage.
+type Health struct {
+	// State is "ok", or "failing": writes fail, and are retried.
+	State string `json:"state"`
+	// Fault says what failed ("disk full", "read-only file system", "I/O
+	// error", "deleted": the store's file is gone or another took its
+	// place), since when, and the last error.
+	Fault     string    `json:"fault,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	LastError string    `json:"last_error,omitempty"`
+	// Faults counts the faults since the store opened, FailedWrites the
+	// writes refused or failed in them.
+	Faults       uint64 `json:"faults"`
+	FailedWrites uint64 `json:"failed_writes"`
+}
+
+// faultRetry is how often a failing store checks whether the fault cleared.
+const faultRetry = time.Second
+
+// recoverFree is the room a failing store wants before it takes writes
+// again, besides its write-ahead log's size.
+const recoverFree = 4 << 20
+
+// health is a store's fault state; it has a lock of its own, as Prune and
+// queries read it without the writer's.
+type health struct {
+	mu       sync.Mutex
+	h        Health
+	lastTry  time.Time
+	ino, dev uint64 // the store file's identity when it was opened
+	logf     func(format string, args ...any)
+}
+
+// handle is the store's DuckDB instance, which a fault closes and its
+// clearing opens again; callers use it as the *sql.DB it holds.
+type handle struct {
+	p atomic.Pointer[sql.DB]
+	// down is why there is no instance, nil while there is one.
+	down atomic.Pointer[error]
+}
+
+func newHandle(db *sql.DB) *handle {
+	h := &handle{}
+	h.p.Store(db)
+	return h
+}
+
+func (h *handle) get() (*sql.DB, error) {
+	if e := h.down.Load(); e != nil {
+		return nil, *e
+	}
+	return h.p.Load(), nil
+}
+
+func (h *handle) Conn(ctx context.Context) (*sql.Conn, error) {
+	db, err := h.get()
+	if err != nil {
+		return nil, err
+	}
+	return db.Conn(ctx)
+}
+
+func (h *handle) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	db, err := h.get()
+	if err != nil {
+		return nil, err
+	}
+	return db.ExecContext(ctx, q, args...)
+}
+
+func (h *handle) Exec(q string, args ...any) (sql.Result, error) {
+	return h.ExecContext(context.Background(), q, args...)
+}
+
+func (h *handle) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	db, err := h.get()
+	if err != nil {
+		return nil, err
+	}
+	return db.QueryContext(ctx, q, args...)
+}
+
+func (h *handle) Query(q string, args ...any) (*sql.Rows, error) {
+	return h.QueryContext(context.Background(), q, args...)
+}
+
+// QueryRowContext on a closed instance answers "database is closed": a
+// *sql.Row cannot carry another error.
+func (h *handle) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return h.p.Load().QueryRowContext(ctx, q, args...)
+}
+
+func (h *handle) QueryRow(q string, args ...any) *sql.Row {
+	return h.QueryRowContext(context.Background(), q, args...)
+}
+
+func (h *handle) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	db, err := h.get()
+	if err != nil {
+		return nil, err
+	}
+	return db.BeginTx(ctx, opts)
+}
+
+func (h *handle) Begin() (*sql.Tx, error) { return h.BeginTx(context.Background(), nil) }
+
+// Close closes the instance, if it is open.
+func (h *handle) Close() error {
+	if h.down.Load() != nil {
+		return nil
+	}
+	return h.p.Load().Close()
+}
+
+// shut closes the instance for a fault; calls fail with why from now on.
+func (h *handle) shut(why error) {
+	if h.down.Swap(&why) != nil {
+		return
+	}
+	h.p.Load().Close()
+}
+
+// reopened puts a new instance in place of the one a fault closed.
+func (h *handle) reopened(db *sql.DB) {
+	h.p.Store(db)
+	h.down.Store(nil)
+}
+
+// Health is the state of the store's storage now. It also looks for the
+// store's file, so a deletion shows before the next write.
+func (s *Store) Health() Health {
+	s.checkFile()
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	return s.health.h
+}
+
+// noteIdentity remembers which file the store is, to tell when it is
+// deleted or replaced.
+func (s *Store) noteIdentity() {
+	var st syscall.Stat_t
+	if err := syscall.Stat(s.path, &st); err == nil {
+		s.health.mu.Lock()
+		s.health.ino, s.health.dev = st.Ino, st.Dev
+		s.health.mu.Unlock()
+	}
+}
+
+// checkFile puts the store in a "deleted" fault when its file is gone or
+// another file took its place: what DuckDB writes to an unlinked file is
+// lost when it closes.
+func (s *Store) checkFile() {
+	if s.readOnly {
+		return
+	}
+	s.health.mu.Lock()
+	seen := s.health.h.Fault == "deleted"
+	s.health.mu.Unlock()
+	if err := s.sameFile(); err != nil && !seen {
+		s.fault("deleted", err)
+	}
+}
+
+// sameFile says how the store's file is not the one it opened, if it is not.
+func (s *Store) sameFile() error {
+	var st syscall.Stat_t
+	err := syscall.Stat(s.path, &st)
+	s.health.mu.Lock()
+	ino, dev := s.health.ino, s.health.dev
+	s.health.mu.Unlock()
+	switch {
+	case ino == 0:
+		return nil
+	case err == nil && st.Ino == ino && st.Dev == dev:
+		return nil
+	case err == nil:
+		return fmt.Errorf("the store's file %s was replaced by another file: nothing more is stored in it; restart the recorder to record into the new one", s.path)
+	}
+	what := "deleted"
+	if _, derr := os.Stat(filepath.Dir(s.path)); derr != nil {
+		what = "deleted with its data directory (or its file system unmounted)"
+	}
+	return fmt.Errorf("the store's file %s was %s: what it held is gone unless it comes back, and nothing more is stored; restart the recorder to start a new recording", s.path, what)
+}
+
+// writable says whether a write may go ahead; while a fault lasts it
+// first tries, at most every faultRetry, to clear it. The writer's lock
+// is held.
+func (s *Store) writable() error {
+	s.checkFile()
+	s.health.mu.Lock()
+	ok, due := s.health.h.State == "ok", time.Since(s.health.lastTry) >= faultRetry
+	if !ok && due {
+		s.health.lastTry = time.Now()
+	}
+	s.health.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if due {
+		err := s.recover()
+		if err == nil {
+			return nil
+		}
+		s.health.mu.Lock()
+		s.health.h.LastError = err.Error()
+		s.health.mu.Unlock()
+	}
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	s.health.h.FailedWrites++
+	return s.unavailable()
+}
+
+// unavailable is the error of a write refused in a fault; health.mu held.
+func (s *Store) unavailable() error {
+	h := s.health.h
+	return fmt.Errorf("%w: %s since %s (%s)", ErrUnavailable, h.Fault, h.Since.UTC().Format("15:04:05"), h.LastError)
+}
+
+// wrote takes note of how a write went: a storage failure starts a fault,
+// and the error returned says the write may be retried once it clears.
+// The writer's lock is held, or the write (Prune's) takes none.
+func (s *Store) wrote(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	kind := storageFault(err)
+	if kind == "" {
+		return err
+	}
+	s.fault(kind, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// fault starts a fault of this kind, closing the DuckDB instance. In a
+// fault already on, a deletion is what it is about from then on.
+func (s *Store) fault(kind string, err error) {
+	s.health.mu.Lock()
+	h := &s.health.h
+	h.LastError = err.Error()
+	if h.State == "failing" {
+		if kind == "deleted" && h.Fault != "deleted" {
+			h.Fault = kind
+			s.health.mu.Unlock()
+			s.health.logf("storage fault (%s): %v", kind, err)
+			return
+		}
+		s.health.mu.Unlock()
+		return
+	}
+	h.State, h.Fault, h.Since = "failing", kind, time.Now().UTC()
+	h.Faults++
+	h.FailedWrites++
+	s.health.lastTry = time.Now()
+	s.health.mu.Unlock()
+	if kind == "deleted" {
+		s.health.logf("storage fault (%s): %v", kind, err)
+	} else {
+		s.health.logf("storage fault (%s): %v; writes are refused, and retried every %v until it clears", kind, err, faultRetry)
+	}
+	s.db.shut(fmt.Errorf("%w: %s: %v", ErrUnavailable, kind, err))
+}
+
+// hadFault says whether the store has been through a fault.
+func (s *Store) hadFault() bool {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	return s.health.h.Faults > 0
+}
+
+// failing is ErrUnavailable while a fault lasts, for writes that do not
+// try to clear it (Prune's).
+func (s *Store) failing() error {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	if s.health.h.State == "ok" {
+		return nil
+	}
+	return s.unavailable()
+}
+
+// recover opens the store again once its file is in place and its file
+// system takes writes with room to spare. The writer's lock is held.
+func (s *Store) recover() error {
+	if err := s.sameFile(); err != nil {
+		return err
+	}
+	dir := filepath.Dir(s.path)
+	var wal int64
+	if st, err := os.Stat(s.path + ".wal"); err == nil {
+		wal = st.Size()
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return fmt.Errorf("file system of %s: %w", dir, err)
+	}
+	if fs.Flags&unix.ST_RDONLY != 0 {
+		s.refault("read-only file system")
+		return fmt.Errorf("%s is on a read-only file system", dir)
+	}
+	if free := int64(fs.Bavail) * fs.Bsize; free < recoverFree+wal {
+		s.refault("disk full")
+		return fmt.Errorf("%d KiB free in %s, waiting for %d KiB", free>>10, dir, (recoverFree+wal)>>10)
+	}
+	if err := checkWritableDir(dir); err != nil {
+		return err
+	}
+	// Two instances of one file in a process must not overlap: closing
+	// the old one's file would drop the new one's lock.
+	if n := s.db.p.Load().Stats().OpenConnections; n > 0 {
+		return fmt.Errorf("waiting for %d connections of the closed store to end", n)
+	}
+	db, err := openInstance(s.path, false)
+	if err != nil {
+		return fmt.Errorf("open again: %w", err)
+	}
+	s.db.reopened(db)
+	// What the failed commit wrote may be in the store after all (its
+	// checkpoint failed, not its log): the store says what it holds, and
+	// the open rollup buckets and commit sequence are read from it again.
+	s.knownStacks, s.knownExes = map[uint64]struct{}{}, map[string]struct{}{}
+	s.open, s.spanSeq = nil, 0
+	if err := s.loadKnown(); err != nil {
+		s.db.shut(fmt.Errorf("%w: %v", ErrUnavailable, err))
+		return err
+	}
+	s.health.mu.Lock()
+	h := s.health.h
+	s.health.h = Health{State: "ok", Faults: h.Faults, FailedWrites: h.FailedWrites}
+	s.health.mu.Unlock()
+	s.health.logf("storage fault (%s) cleared after %v: the store takes writes again (%d writes failed in the fault)",
+		h.Fault, time.Since(h.Since).Round(time.Second), h.FailedWrites)
+	return nil
+}
+
+// refault says what a fault is about now, when the file system shows it
+// (a store that failed for want of space, then remounted read-only).
+func (s *Store) refault(kind string) {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	if s.health.h.Fault != "deleted" {
+		s.health.h.Fault = kind
+	}
+}
+
+// storageFault says what kind of storage failure err is, or "" when it is
+// not one (a constraint violation, a cancelled context). DuckDB reports
+// I/O failures as text within its error types.
+func storageFault(err error) string {
+	var de *duckdb.Error
+	if !errors.As(err, &de) {
+		switch {
+		case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+			return "disk full"
+		case errors.Is(err, syscall.EROFS):
+			return "read-only file system"
+		case errors.Is(err, syscall.EIO):
+			return "I/O error"
+		}
+		return ""
+	}
+	msg := de.Msg
+	switch {
+	case strings.Contains(msg, "No space left on device"), strings.Contains(msg, "Disk quota exceeded"):
+		return "disk full"
+	case strings.Contains(msg, "Read-only file system"):
+		return "read-only file system"
+	case de.Type == duckdb.ErrorTypeIO, de.Type == duckdb.ErrorTypeFatal, strings.Contains(msg, "Failed to commit"),
+		strings.Contains(msg, "invalidated"):
+		return "I/O error"
+	}
+	return ""
+}
