@@ -261,11 +261,13 @@ func (s *Store) wrote(err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) {
 		return err
 	}
-	kind := storageFault(err)
-	if kind == "" {
+	if kind := storageFault(err); kind != "" {
+		s.fault(kind, err)
+	} else if s.failing() == nil {
 		return err
 	}
-	s.fault(kind, err)
+	// A fault found by another (a status request found the file gone)
+	// closed the instance under this write: it may be given again too.
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
@@ -340,6 +342,10 @@ func (s *Store) recover() error {
 		return fmt.Errorf("%d KiB free in %s, waiting for %d KiB", free>>10, dir, (recoverFree+wal)>>10)
 	}
 	if err := checkWritableDir(dir); err != nil {
+		return err
+	}
+	// DuckDB would replay the log, or drop one it does not recognise.
+	if err := checkWAL(s.path); err != nil {
 		return err
 	}
 	// Two instances of one file in a process must not overlap: closing

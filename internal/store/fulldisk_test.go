@@ -407,3 +407,29 @@ func TestGarbageWAL(t *testing.T) {
 		}
 	})
 }
+
+// TestGarbageWALAtRecovery: a log that turns to garbage during a fault
+// keeps the store from opening again (DuckDB would drop it), and the
+// fault's last error says why.
+func TestGarbageWALAtRecovery(t *testing.T) {
+	dir := testutil.Tmpfs(t, 48)
+	s := openWithEpoch(t, dir)
+	defer s.Close()
+	ctx := context.Background()
+	filler := testutil.Fill(t, dir, 0)
+	if err := s.WriteEpoch(ctx, bigEpoch(2)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("epoch 2 on a full disk: %v", err)
+	}
+	os.Remove(filler)
+	walPath := filepath.Join(dir, FileName+".wal")
+	if err := os.WriteFile(walPath, []byte(strings.Repeat("garbage!", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(faultRetry)
+	if err := s.WriteEpoch(ctx, bigEpoch(3)); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "is not one DuckDB wrote") {
+		t.Fatalf("epoch 3 with a garbage log: %v", err)
+	}
+	if h := s.Health(); h.State != "failing" || !strings.Contains(h.LastError, walPath) {
+		t.Errorf("health: %+v", h)
+	}
+}
