@@ -155,6 +155,9 @@ func printRequestsStatus(w io.Writer, r *requestsStatus) {
 		}
 		fmt.Fprintf(w, "kernel accounting: %s; %d processes (%d from their exec, %d exec rules), %d records, %d intervals committed, %d dropped (of threads no span named)\n",
 			attached, a.Tracked, a.FromExec, a.Rules, a.Records, a.Committed, a.Dropped)
+		if a.Unstored > 0 {
+			fmt.Fprintf(w, "kernel accounting: %d intervals the store could not take (a storage fault), dropped\n", a.Unstored)
+		}
 		if a.Lost > 0 || a.IOLost > 0 || a.Refused > 0 {
 			fmt.Fprintf(w, "kernel accounting: %d records lost (ring buffer full), %d block requests not followed (in-flight map full), %d processes not tracked (tracked map full): spans of their threads are charged less than they used\n",
 				a.Lost, a.IOLost, a.Refused)
