@@ -186,7 +186,21 @@ func queryJSON(t *testing.T, bin, dir, q string) []map[string]any {
 
 func runHolter(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return runHolterWithin(t, 0, bin, args...)
+}
+
+// runHolterWithin is runHolter killing the command after d (0: never): a
+// command that should return at once does not hang the test when it does
+// not.
+func runHolterWithin(t *testing.T, d time.Duration, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx := context.Background()
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
