@@ -21,9 +21,8 @@ import (
 // it (full, read-only, failing) puts the store in a fault, and so does its
 // file going away (deleted, replaced, or its file system unmounted): the
 // DuckDB instance is closed at once, without a checkpoint, since one whose
-// commit failed midway is not fit to go on (in DuckDB 1.4.3 the next
-// transaction touching the same index read freed memory and crashed the
-// process). While the fault lasts every write fails at once with
+// commit failed midway is not fit to go on (with DuckDB 1.4.3 the next
+// transaction on it can crash the process). While the fault lasts every write fails at once with
 // ErrUnavailable, and queries with it too. At most every faultRetry a
 // write first checks that the store's own file is in place, and its file
 // system writable with room, and then opens the store again: the fault has
