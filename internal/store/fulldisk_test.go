@@ -433,3 +433,22 @@ func TestGarbageWALAtRecovery(t *testing.T) {
 		t.Errorf("health: %+v", h)
 	}
 }
+
+// TestNewStoreOnFullDisk: a store is not created on a full disk, where it
+// would be cut short and no later start could open it.
+func TestNewStoreOnFullDisk(t *testing.T) {
+	dir := testutil.Tmpfs(t, 48)
+	filler := testutil.Fill(t, dir, 1<<20)
+	if _, err := Open(filepath.Join(dir, "data"), nil); !errors.Is(err, ErrNotVerified) || !strings.Contains(err.Error(), "free some space") {
+		t.Fatalf("a new store on a full disk: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", FileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused store's file exists: %v", err)
+	}
+	os.Remove(filler)
+	s, err := Open(filepath.Join(dir, "data"), nil)
+	if err != nil {
+		t.Fatalf("a new store with room: %v", err)
+	}
+	s.Close()
+}

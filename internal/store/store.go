@@ -75,9 +75,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 			if err := verifyExisting(path); err != nil {
 				return nil, err
 			}
-			if err := checkSpace(path); err != nil {
-				return nil, err
-			}
+		}
+	}
+	// A new store cut short by a full disk would be a file no later
+	// start could open.
+	if !opts.ReadOnly {
+		if err := checkSpace(path); err != nil {
+			return nil, err
 		}
 	}
 	db, err := openInstance(path, opts.ReadOnly)
