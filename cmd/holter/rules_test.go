@@ -65,7 +65,7 @@ func TestTenRulesOnARealRecording(t *testing.T) {
 	// from the tmpfs), so its block requests complete with an error: the
 	// closest a test can come to a disk with bad blocks without
 	// device-mapper (not loaded on this kernel).
-	mnt := mountTmpfs(t, "1m")
+	mnt := testutil.Tmpfs(t, 1)
 	backing := filepath.Join(mnt, "backing")
 	if f, err := os.Create(backing); err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestTenRulesOnARealRecording(t *testing.T) {
 	loop := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
 	// Rule 2's leak grows a file on a tmpfs of its own, removed at the end.
-	leakDir := mountTmpfs(t, "3g")
+	leakDir := testutil.Tmpfs(t, 3<<10)
 	ioDir, err := os.MkdirTemp("/var/tmp", "holter-rules-")
 	if err != nil {
 		t.Fatal(err)
@@ -361,18 +361,6 @@ func throttled(t *testing.T, dir string, iops int, name string, args ...string) 
 		t.Fatalf("throttle %s: %v", limit, err)
 	}
 	return exec.Command("sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, filepath.Join(cg, "cgroup.procs"), name}, args...)...)
-}
-
-// mountTmpfs mounts a tmpfs of the given size on a new temporary directory
-// and unmounts it when the test ends.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	d := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", d).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v\n%s", d, err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", d).Run() })
-	return d
 }
 
 // loopDevNumber is the MAJOR:MINOR of a block device as the blio vital
