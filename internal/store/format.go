@@ -53,7 +53,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 
 func (r *Result) writeFooter(w io.Writer) error {
 	if r.Truncated {
-		_, err := fmt.Fprintf(w, "(result cut at %d rows)\n", MaxRows)
+		_, err := fmt.Fprintf(w, "(result cut after %d rows, at the limit of rows or bytes one answer carries)\n", len(r.Rows))
 		return err
 	}
 	return nil
@@ -118,4 +118,49 @@ func (r *Result) Sanitize() {
 			row[j] = jsonValue(v)
 		}
 	}
+}
+
+// EncodeResult writes the rows as a Result's JSON, one row at a time, so
+// that an answer is never held whole: {"columns", "types", "rows",
+// "truncated"}. An error met after the first byte is written ends the
+// object as "error", and is returned.
+func (r *Rows) EncodeResult(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	head := struct {
+		Columns []string `json:"columns"`
+		Types   []string `json:"types"`
+	}{r.Columns, r.Types}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(append(b[:len(b)-1], `,"rows":[`...)); err != nil {
+		return err
+	}
+	row := make([]any, len(r.Columns))
+	for n := 0; r.Next(); n++ {
+		if n > 0 {
+			if _, err := io.WriteString(w, ","); err != nil {
+				return err
+			}
+		}
+		for i, v := range r.Row() {
+			row[i] = jsonValue(v)
+		}
+		// Encode ends the row with a newline, which JSON allows.
+		if err := enc.Encode(row); err != nil {
+			return err
+		}
+	}
+	tail := "]"
+	if r.Truncated() {
+		tail += `,"truncated":true`
+	}
+	if err := r.Err(); err != nil {
+		msg, _ := json.Marshal(err.Error())
+		io.WriteString(w, tail+`,"error":`+string(msg)+"}\n")
+		return err
+	}
+	_, err = io.WriteString(w, tail+"}\n")
+	return err
 }

@@ -1,17 +1,17 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 )
@@ -22,17 +22,93 @@ const FileName = "holter.duckdb"
 // ErrLocked is returned when another process holds the store for writing.
 var ErrLocked = errors.New("store is locked by another process")
 
-// Options tunes Open; nil means defaults (read-write).
+// Options tunes Open; nil means defaults (read-write). Zero fields take
+// their defaults.
 type Options struct {
 	// ReadOnly opens an existing store without taking the writer's lock.
 	ReadOnly bool
+	// QueryTimeout bounds one query, from its start to its last row read
+	// (DefaultQueryTimeout).
+	QueryTimeout time.Duration
+	// MaxQueries is how many queries may run at once (DefaultMaxQueries);
+	// one more waits QueueWait for a slot, then fails with ErrBusy.
+	MaxQueries int
+	// MaxResultRows and MaxResultBytes bound one query's answer
+	// (DefaultMaxResultRows, DefaultMaxResultBytes); what is cut is marked
+	// Truncated.
+	MaxResultRows  int
+	MaxResultBytes int64
+	// MaxTempBytes bounds what DuckDB spills into the temp directory
+	// under the data directory (DefaultMaxTempBytes).
+	MaxTempBytes int64
+
+	// memoryLimit and checkpointThreshold replace DuckDB's settings, for
+	// tests that need a fault where a commit's checkpoint runs.
+	memoryLimit, checkpointThreshold string
 }
 
-// Store is an open holter database.
+// Defaults of Options.
+const (
+	DefaultQueryTimeout   = 30 * time.Second
+	DefaultMaxQueries     = 4
+	DefaultMaxResultRows  = 100_000
+	DefaultMaxResultBytes = 64 << 20
+	DefaultMaxTempBytes   = 1 << 30
+	// QueueWait is how long a query waits for one of MaxQueries to end.
+	QueueWait = 2 * time.Second
+	// memoryLimit bounds DuckDB's buffers: the recorder is a guest on the
+	// host it watches.
+	memoryLimit = "256MB"
+)
+
+func (o *Options) withDefaults() Options {
+	out := *o
+	if out.QueryTimeout <= 0 {
+		out.QueryTimeout = DefaultQueryTimeout
+	}
+	if out.MaxQueries <= 0 {
+		out.MaxQueries = DefaultMaxQueries
+	}
+	if out.MaxResultRows <= 0 {
+		out.MaxResultRows = DefaultMaxResultRows
+	}
+	if out.MaxResultBytes <= 0 {
+		out.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if out.MaxTempBytes <= 0 {
+		out.MaxTempBytes = DefaultMaxTempBytes
+	}
+	if out.memoryLimit == "" {
+		out.memoryLimit = memoryLimit
+	}
+	return out
+}
+
+// Store is an open holter database. Two kinds of connection reach its one
+// DuckDB instance: the writer's pool (db), for the recorder's commits and
+// its own reads, and a fresh connection per query (Query, QueryRows), made
+// from the same connector and closed after it, so no query waits for,
+// holds or leaves state on a connection the recorder commits through.
 type Store struct {
-	db       *sql.DB
-	path     string
-	readOnly bool
+	db        *sql.DB
+	connector *duckdb.Connector
+	path      string
+	readOnly  bool
+	opts      Options
+
+	// queries holds a token per running query (MaxQueries).
+	queries chan struct{}
+	// sideEffects are the scalar functions a query may not call
+	// (sandbox.go).
+	sideEffects map[string]bool
+	passedMu    sync.Mutex
+	passed      map[string]passed
+	// closing is cancelled by Close, which waits for running to end.
+	// qmu orders starting a query (running.Add) and Close.
+	qmu     sync.Mutex
+	closing context.Context
+	close   context.CancelFunc
+	running sync.WaitGroup
 
 	mu          sync.Mutex
 	knownStacks map[uint64]struct{}
@@ -51,8 +127,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
+	o := opts.withDefaults()
 	path := filepath.Join(dir, FileName)
-	if opts.ReadOnly {
+	if o.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("open store: no recording in %s: %w", dir, err)
 		}
@@ -61,24 +138,23 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	existed := fileHasData(path)
 
-	dsn := path
-	if opts.ReadOnly {
-		dsn += "?access_mode=READ_ONLY"
-	}
-	connector, err := duckdb.NewConnector(dsn, nil)
+	connector, err := duckdb.NewConnector(path+"?"+dsnConfig(dir, &o).Encode(), nil)
 	if err != nil {
 		return nil, openError(path, existed, err)
 	}
 	db := sql.OpenDB(connector)
-	// A few connections, so a long user query does not hold up a commit.
+	// The recorder's commits, its retention and analysis share these;
+	// users' queries never do.
 	db.SetMaxOpenConns(4)
 	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, openError(path, existed, err)
 	}
-	s := &Store{db: db, path: path, readOnly: opts.ReadOnly,
+	s := &Store{db: db, connector: connector, path: path, readOnly: o.ReadOnly, opts: o,
+		queries: make(chan struct{}, o.MaxQueries), passed: map[string]passed{},
 		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}}
-	if !opts.ReadOnly {
+	s.closing, s.close = context.WithCancel(context.Background())
+	if !o.ReadOnly {
 		if err := s.migrate(existed); err != nil {
 			db.Close()
 			return nil, err
@@ -91,13 +167,18 @@ func Open(dir string, opts *Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	// Queries that users send must not reach files or the network; and the
-	// recorder is a guest on the host it watches: DuckDB may cache this much
-	// and runs its work on the calling thread, where the recorder can
-	// measure it (see recorder's budget) rather than on a pool of its own.
+	if s.sideEffects, err = sideEffectFunctions(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := registerBudget(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	// Queries must not reach files or the network, and nothing may change
+	// the settings after this (lock_configuration); DuckDB refuses the
+	// first at open with a temp_directory set, so both come now.
 	for _, stmt := range []string{
-		"SET memory_limit = '256MB'",
-		"SET threads = 1",
 		"SET enable_external_access = false",
 		"SET lock_configuration = true",
 	} {
@@ -107,6 +188,36 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// dsnConfig is DuckDB's configuration, given at open so that it holds
+// before DuckDB reads the file (a file with another database's header
+// makes it load that database's extension). Extensions are never
+// installed or loaded on demand, and the only directory for them is one
+// under the data directory that holter never creates, so nothing is
+// fetched from the network or written under HOME. DuckDB may cache
+// memoryLimit and spill up to MaxTempBytes into the temp directory under
+// the data directory; it runs its work on the calling thread, where the
+// recorder can measure it (see recorder's budget), rather than on a pool
+// of its own.
+func dsnConfig(dir string, o *Options) url.Values {
+	v := url.Values{
+		"autoinstall_known_extensions": {"false"},
+		"autoload_known_extensions":    {"false"},
+		"allow_community_extensions":   {"false"},
+		"extension_directory":          {filepath.Join(dir, "duckdb-extensions")},
+		"temp_directory":               {filepath.Join(dir, FileName+".tmp")},
+		"max_temp_directory_size":      {fmt.Sprintf("%dB", o.MaxTempBytes)},
+		"memory_limit":                 {o.memoryLimit},
+		"threads":                      {"1"},
+	}
+	if o.checkpointThreshold != "" {
+		v.Set("checkpoint_threshold", o.checkpointThreshold)
+	}
+	if o.ReadOnly {
+		v.Set("access_mode", "READ_ONLY")
+	}
+	return v
 }
 
 func fileHasData(path string) bool {
@@ -229,8 +340,15 @@ func (s *Store) checkVersion() error {
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database; committed epochs are durable already.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the queries running, waits for them to end and closes the
+// database; committed epochs are durable already.
+func (s *Store) Close() error {
+	s.qmu.Lock()
+	s.close()
+	s.qmu.Unlock()
+	s.running.Wait()
+	return s.db.Close()
+}
 
 // NextEpoch returns the number the next epoch of host should get: one past
 // the last committed, so a restarted recorder continues the sequence.
@@ -439,123 +557,3 @@ func appendRows(conn driver.Conn, table string, n int, row func(int) []driver.Va
 	}
 	return nil
 }
-
-// Result is the answer to a query.
-type Result struct {
-	Columns   []string `json:"columns"`
-	Types     []string `json:"types"`
-	Rows      [][]any  `json:"rows"`
-	Truncated bool     `json:"truncated,omitempty"`
-}
-
-// MaxRows bounds what one query returns; the result says when it was cut.
-const MaxRows = 100_000
-
-// ErrNotReadOnly is returned for a statement that is not a query.
-var ErrNotReadOnly = errors.New("only read-only queries (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, SUMMARIZE) are allowed")
-
-// Query runs one read-only statement; args fill its placeholders ($1 or ?).
-func (s *Store) Query(ctx context.Context, query string, args ...any) (*Result, error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer conn.Close()
-	var res *Result
-	err = conn.Raw(func(dc any) error {
-		res, err = queryReadOnly(ctx, dc, query, args)
-		return err
-	})
-	return res, err
-}
-
-var readOnlyTypes = map[duckdb.StmtType]bool{
-	duckdb.STATEMENT_TYPE_SELECT:  true,
-	duckdb.STATEMENT_TYPE_EXPLAIN: true,
-}
-
-// queryReadOnly prepares query on the driver's connection dc, refuses it
-// unless it only reads (one statement: DuckDB prepares no more), and runs
-// that prepared statement: planning a query is most of what a small one
-// costs, and it is planned once.
-func queryReadOnly(ctx context.Context, dc any, query string, args []any) (*Result, error) {
-	conn, ok := dc.(driver.ConnPrepareContext)
-	if !ok {
-		return nil, errors.New("query: driver cannot prepare statements")
-	}
-	stmt, err := conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer stmt.Close()
-	ds, ok := stmt.(*duckdb.Stmt)
-	if !ok {
-		return nil, errors.New("query: unexpected statement type")
-	}
-	t, err := ds.StatementType()
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	if !readOnlyTypes[t] {
-		return nil, fmt.Errorf("query: %w", ErrNotReadOnly)
-	}
-	named := make([]driver.NamedValue, len(args))
-	for i, a := range args {
-		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-	}
-	rows, err := ds.QueryContext(ctx, named)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer rows.Close()
-	res := &Result{Columns: rows.Columns(), Rows: [][]any{}}
-	typed, _ := rows.(driver.RowsColumnTypeDatabaseTypeName)
-	for i := range res.Columns {
-		name := ""
-		if typed != nil {
-			name = typed.ColumnTypeDatabaseTypeName(i)
-		}
-		res.Types = append(res.Types, name)
-	}
-	dest := make([]driver.Value, len(res.Columns))
-	for {
-		err := rows.Next(dest)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("query: %w", err)
-		}
-		if len(res.Rows) == MaxRows {
-			res.Truncated = true
-			break
-		}
-		vals := make([]any, len(dest))
-		for i, v := range dest {
-			if b, ok := v.([]byte); ok { // the driver may reuse it
-				v = bytes.Clone(b)
-			}
-			vals[i] = v
-		}
-		res.Rows = append(res.Rows, vals)
-	}
-	return res, nil
-}
-
-// Querier answers read-only SQL without arguments: a store through Plain,
-// or a running recorder's API, which takes SQL text only.
-type Querier interface {
-	Query(ctx context.Context, sql string) (*Result, error)
-}
-
-// ArgQuerier answers SQL with placeholder arguments, as a Store does.
-type ArgQuerier interface {
-	Query(ctx context.Context, sql string, args ...any) (*Result, error)
-}
-
-// Plain is q as a Querier.
-func Plain(q ArgQuerier) Querier { return plain{q} }
-
-type plain struct{ q ArgQuerier }
-
-func (p plain) Query(ctx context.Context, sql string) (*Result, error) { return p.q.Query(ctx, sql) }
