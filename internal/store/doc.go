@@ -4,7 +4,9 @@
 // The unit of durability is the epoch: every table row an epoch produces
 // (its vitals, its samples, the new stacks and executables they refer to)
 // is written in one transaction, so after a crash an epoch is either wholly
-// present or absent. The store is the single writer of its
+// present or absent. A COMMIT that fails is checked against the epochs
+// table, since DuckDB can fail one in the checkpoint it runs after storing
+// the transaction (WriteEpoch). The store is the single writer of its
 // file; other processes read through the recorder's API, or open the file
 // read-only when no recorder runs.
 //
@@ -41,6 +43,9 @@
 // gigabytes (repeat('x', 1e9)) is allocated whole. What protects the
 // recorder's commits is their own connections, never waited for by a
 // query; the queries' threads running at a lower CPU priority (DuckDB runs
-// a query on the thread that asks, threads = 1); and the limit on queries
-// at once. A commit can still fail when queries hold the memory it needs.
+// a query on the thread that asks, threads = 1); the limit on queries at
+// once; and the check of a COMMIT that fails, whose epoch, stored, is
+// counted once and its stacks never written twice. A commit can still fail
+// when queries hold the memory it needs; that epoch is reported not
+// committed.
 package store

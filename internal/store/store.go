@@ -113,6 +113,13 @@ type Store struct {
 	mu          sync.Mutex
 	knownStacks map[uint64]struct{}
 	knownExes   map[string]struct{}
+	// failedCommitsStored counts the COMMITs that failed with their
+	// epoch stored (WriteEpoch).
+	failedCommitsStored int
+	// knownStale says the caches above may disagree with the database:
+	// a commit failed in a way that leaves unsaid what it stored. The next
+	// epoch reads them back first.
+	knownStale bool
 	// open holds the buckets being filled, one per timescale (rollup.go).
 	open []*openBucket
 	// spanSeq is the last span commit sequence number (requests.go); 0
@@ -161,7 +168,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 		if err := s.loadKnown(); err != nil {
 			db.Close()
-			return nil, err
+			return nil, fmt.Errorf("open store: %w", err)
 		}
 	} else if err := s.checkVersion(); err != nil {
 		db.Close()
@@ -297,31 +304,53 @@ func (s *Store) migrate(existed bool) error {
 // loadKnown remembers which stacks and executables the store holds, so an
 // epoch writes only new ones.
 func (s *Store) loadKnown() error {
-	rows, err := s.db.Query(`SELECT stack_id FROM stacks`)
+	conn, err := s.db.Conn(context.Background())
 	if err != nil {
-		return fmt.Errorf("open store: read stacks: %w", err)
+		return err
+	}
+	defer conn.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reloadKnown(context.Background(), conn)
+}
+
+// reloadKnown reads the stacks and executables stored into the caches;
+// s.mu is held.
+func (s *Store) reloadKnown(ctx context.Context, conn *sql.Conn) error {
+	stacks := map[uint64]struct{}{}
+	exes := map[string]struct{}{}
+	rows, err := conn.QueryContext(ctx, `SELECT stack_id FROM stacks`)
+	if err != nil {
+		return fmt.Errorf("read stacks: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id uint64
 		if err := rows.Scan(&id); err != nil {
-			return fmt.Errorf("open store: read stacks: %w", err)
+			return fmt.Errorf("read stacks: %w", err)
 		}
-		s.knownStacks[id] = struct{}{}
+		stacks[id] = struct{}{}
 	}
-	xs, err := s.db.Query(`SELECT path FROM executables`)
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read stacks: %w", err)
+	}
+	xs, err := conn.QueryContext(ctx, `SELECT path FROM executables`)
 	if err != nil {
-		return fmt.Errorf("open store: read executables: %w", err)
+		return fmt.Errorf("read executables: %w", err)
 	}
 	defer xs.Close()
 	for xs.Next() {
 		var p string
 		if err := xs.Scan(&p); err != nil {
-			return fmt.Errorf("open store: read executables: %w", err)
+			return fmt.Errorf("read executables: %w", err)
 		}
-		s.knownExes[p] = struct{}{}
+		exes[p] = struct{}{}
 	}
-	return errors.Join(rows.Err(), xs.Err())
+	if err := xs.Err(); err != nil {
+		return fmt.Errorf("read executables: %w", err)
+	}
+	s.knownStacks, s.knownExes, s.knownStale = stacks, exes, false
+	return nil
 }
 
 func (s *Store) checkVersion() error {
@@ -433,6 +462,18 @@ func nullID(id uint64) driver.Value {
 }
 
 // WriteEpoch commits one epoch in a single transaction.
+//
+// A COMMIT that reports an error may have stored the epoch: DuckDB
+// checkpoints in the commit that takes its log past checkpoint_threshold,
+// writing the transaction to the database file instead of the log, and a
+// checkpoint that fails there (out of memory, a full disk) fails the
+// COMMIT of a transaction the database then holds, in memory only. So the
+// epochs table is asked: an epoch not there was not committed; one there
+// is made durable by a checkpoint, and counts as committed once that
+// succeeds (ErrNotDurable while it fails). Either way the caches of stacks
+// and executables stored follow the table, and are read back when even
+// that cannot be asked, so that no later epoch fails on a stack stored
+// twice.
 func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 	if s.readOnly {
 		return errors.New("write epoch: store is open read-only")
@@ -444,6 +485,11 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
 	defer conn.Close()
+	if s.knownStale {
+		if err := s.reloadKnown(ctx, conn); err != nil {
+			return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+		}
+	}
 	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
 		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
@@ -455,9 +501,22 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 		}
 		return err
 	}
+	var notDurable error
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		s.open = nil
-		return fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
+		err = fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
+		in, verr := s.epochStored(e.Host, e.Epoch)
+		if verr != nil {
+			s.knownStale = true
+			return errors.Join(err, fmt.Errorf("and whether it is stored is unknown: %w", verr))
+		}
+		if !in {
+			return err
+		}
+		s.failedCommitsStored++
+		if _, cerr := s.db.ExecContext(context.Background(), "CHECKPOINT"); cerr != nil {
+			notDurable = fmt.Errorf("epoch %d is stored but %w: %v; checkpoint: %v", e.Epoch, ErrNotDurable, err, cerr)
+		}
 	}
 	for _, id := range newStacks {
 		s.knownStacks[id] = struct{}{}
@@ -465,7 +524,23 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 	for _, p := range newExes {
 		s.knownExes[p] = struct{}{}
 	}
-	return nil
+	return notDurable
+}
+
+// ErrNotDurable is returned for an epoch the store holds but has not
+// written to disk: the checkpoint that would failed. It is lost if the
+// recorder stops before a later checkpoint succeeds; a later epoch's
+// commit, or Close, checkpoints again.
+var ErrNotDurable = errors.New("not yet durable (DuckDB's checkpoint failed)")
+
+// epochStored says whether epoch n of host is in the epochs table, asked
+// on a connection of its own: the one whose COMMIT failed may be unusable.
+func (s *Store) epochStored(host string, n int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var in bool
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) > 0 FROM epochs WHERE host = ? AND epoch = ?`, host, n).Scan(&in)
+	return in, err
 }
 
 // writeEpoch does the writes of WriteEpoch inside its transaction. Bulk
