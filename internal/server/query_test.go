@@ -2,7 +2,9 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,7 +18,7 @@ import (
 // TestQueryLimitsOverHTTP: /api/query answers within the store's limits:
 // a query past the number the store runs is a 503 with Retry-After, one
 // past its time a 504 that says so, and an answer past the row limit is
-// cut and marked.
+// cut and marked, its numbers exact.
 func TestQueryLimitsOverHTTP(t *testing.T) {
 	st, err := store.Open(t.TempDir(), &store.Options{MaxQueries: 1, QueryTimeout: 3 * time.Second, MaxResultRows: 10})
 	if err != nil {
@@ -59,7 +61,9 @@ func TestQueryLimitsOverHTTP(t *testing.T) {
 		t.Errorf("an endless query: %d %s, want 504 naming the time limit", slow.StatusCode, slowBody)
 	}
 
-	resp, b := q(`SELECT range AS n FROM range(100)`)
+	resp, b := q(`SELECT range AS n, 9007199254740993::BIGINT AS big, 18446744073709551615::UBIGINT AS u,
+		170141183460469231731687303715884105727::HUGEINT AS h, 1.5::DOUBLE AS d, 1.25::DECIMAL(5,2) AS dec,
+		'nan'::DOUBLE AS nan, [9007199254740993] AS l FROM range(100)`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("a long answer: %d %s", resp.StatusCode, b)
 	}
@@ -69,5 +73,10 @@ func TestQueryLimitsOverHTTP(t *testing.T) {
 	}
 	if !res.Truncated || len(res.Rows) != 10 {
 		t.Errorf("100 rows with a limit of 10: %d rows, truncated %v", len(res.Rows), res.Truncated)
+	}
+	h, _ := new(big.Int).SetString("170141183460469231731687303715884105727", 10)
+	want := []any{int64(0), int64(9007199254740993), uint64(18446744073709551615), h, 1.5, json.Number("1.25"), "NaN", []any{int64(9007199254740993)}}
+	if got := res.Rows[0]; fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want) {
+		t.Errorf("numbers through the API:\n got %#v\nwant %#v", got, want)
 	}
 }
