@@ -36,6 +36,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
 	api := fs.String("api", "127.0.0.1:7070", "address of the web UI and its API (empty: neither)")
 	token := fs.String("token", "", "API token; required for a non-loopback address")
+	queryTimeout := addQueryTimeout(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
@@ -118,6 +119,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *epoch < recorder.MinEpoch {
 		return usagef("epoch %v is shorter than the minimum %v", *epoch, recorder.MinEpoch)
 	}
+	if err := checkQueryTimeout(*queryTimeout); err != nil {
+		return err
+	}
 	if err := recorder.CheckPrivileges(); err != nil {
 		return err
 	}
@@ -128,7 +132,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
 		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
 	}
-	st, err := store.Open(*data, nil)
+	st, err := store.Open(*data, &store.Options{QueryTimeout: *queryTimeout})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("another process is already recording into %s: %w", *data, err)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
@@ -25,7 +26,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		if _, err := os.Stat(data); err != nil {
 			return fmt.Errorf("no recorder is running for %s, and there is no recording there", data)
 		}
-		res, err := answer(agentFlags{data: &data, api: new(string), token: new(string)}, `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`)
+		res, err := answer(agentFlags{data: &data, api: new(string), token: new(string)}, `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`, store.DefaultQueryTimeout)
 		if err != nil {
 			return err
 		}

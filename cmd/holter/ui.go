@@ -25,9 +25,13 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", defaultDataDir, "data directory holding the store")
 	api := fs.String("api", "127.0.0.1:7070", "address to serve the UI and its API on")
 	token := fs.String("token", "", "API token; required for a non-loopback address")
+	queryTimeout := addQueryTimeout(fs)
 	sf := addSourceFlags(fs)
 	sf.timeout = fleetTimeout
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkQueryTimeout(*queryTimeout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -50,7 +54,7 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 		}
 		cancel()
 	} else {
-		st, err := store.Open(*data, &store.Options{ReadOnly: true})
+		st, err := store.Open(*data, &store.Options{ReadOnly: true, QueryTimeout: *queryTimeout})
 		if err != nil {
 			if errors.Is(err, store.ErrLocked) {
 				// DuckDB lets one process at a time hold the file: the recorder

@@ -97,33 +97,7 @@ func Listen(opts Options) (*Server, error) {
 		}
 		writeJSON(w, http.StatusOK, opts.Status())
 	})
-	query := func(w http.ResponseWriter, r *http.Request, q string) {
-		if strings.TrimSpace(q) == "" {
-			writeError(w, http.StatusBadRequest, "missing query: pass it as q= or as the request body")
-			return
-		}
-		res, err := opts.Store.Query(r.Context(), q)
-		if err != nil {
-			writeError(w, errorCode(err, http.StatusBadRequest), err.Error())
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	}
-	mux.HandleFunc("GET /api/query", func(w http.ResponseWriter, r *http.Request) {
-		query(w, r, r.URL.Query().Get("q"))
-	})
-	mux.HandleFunc("POST /api/query", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxQueryBytes+1))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "read query: "+err.Error())
-			return
-		}
-		if len(body) > MaxQueryBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("query longer than %d bytes", MaxQueryBytes))
-			return
-		}
-		query(w, r, string(body))
-	})
+	registerQuery(mux, opts)
 	if isFleet(opts.Store) {
 		registerNotInFleet(mux)
 	} else {

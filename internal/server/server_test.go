@@ -79,7 +79,7 @@ func TestEndpoints(t *testing.T) {
 		{"syntax error", newReq("GET", q("SELEKT 1"), ""), 400, "", "syntax error"},
 		{"unknown column", newReq("GET", q("SELECT nope FROM epochs"), ""), 400, "", "nope"},
 		{"write refused", newReq("POST", base+"/api/query", "DELETE FROM epochs"), 400, "", "read-only"},
-		{"file access refused", newReq("GET", q("SELECT * FROM read_csv('/etc/passwd')"), ""), 400, "", "disabled"},
+		{"file access refused", newReq("GET", q("SELECT * FROM read_csv('/etc/passwd')"), ""), 400, "", "read_csv"},
 		{"too large", newReq("POST", base+"/api/query", "SELECT '"+strings.Repeat("x", MaxQueryBytes)+"'"), 413, "", "longer than"},
 		{"unknown path", newReq("GET", base+"/api/nothing", ""), 404, "", ""},
 		{"wrong method", newReq("DELETE", base+"/api/query", ""), 405, "", ""},
