@@ -17,7 +17,19 @@ import (
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
-const fleetToken = "fleet-token"
+// fleetToken is the agents' API token, given them in a file
+// (fleetTokenFile) and to the fan-out in $HOLTER_TOKEN.
+const fleetToken = "fleet-token-0123456789"
+
+// fleetTokenFile writes fleetToken to a file for --token-file.
+func fleetTokenFile(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(fleetToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // fleetAgent is a recorder running as its own "host" in a network
 // namespace, exporting to ClickHouse.
@@ -32,7 +44,7 @@ func startFleetAgent(t testing.TB, bin string, ns *testutil.Netns, name, chURL s
 	t.Helper()
 	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", ns: ns}
 	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
-		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token", fleetToken}
+		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token-file", fleetTokenFile(t)}
 	if chURL != "" {
 		args = append(args, "--export", chURL, "--export-user", testutil.ClickHouseUser, "--export-password", testutil.ClickHousePassword,
 			"--export-db", "fleet", "--export-rate", "50MB")
@@ -387,7 +399,8 @@ func TestFleetTrace(t *testing.T) {
 	// workload runs; two intervals later one agent is killed.
 	fleetUp := make(chan struct{})
 	both := 0
-	fleet := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--token", fleetToken, "--for", "12s", "--json", query)
+	fleet := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--for", "12s", "--json", query)
+	fleet.Env = append(os.Environ(), "HOLTER_TOKEN="+fleetToken)
 	fleetDone, stderr := traceLines(fleet, func(n int, l traceLine) {
 		switch {
 		case both == 0 && l.Hosts[a.api] == "ok" && l.Hosts[b.api] == "ok":
