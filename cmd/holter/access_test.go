@@ -244,6 +244,58 @@ func (s uiSession) getCode(t *testing.T, path string) (int, []byte, string) {
 	return code, b, e.Error
 }
 
+// TestStaleAgentFile: an agent.json naming a live process that is not
+// the recorder it recorded (a pid reused since, so another start time)
+// neither blocks holter record nor makes holter status see a recorder,
+// and the two agree while one records.
+func TestStaleAgentFile(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	dir := t.TempDir()
+	sleep := exec.Command("sleep", "300")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	start, err := processStart(sleep.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stale := range []string{
+		fmt.Sprintf(`{"pid": %d, "start": %d, "api": "127.0.0.1:1"}`, sleep.Process.Pid, start-1),
+		fmt.Sprintf(`{"pid": %d, "api": "127.0.0.1:1", "token": "old"}`, sleep.Process.Pid), // as recorders wrote it before start times
+	} {
+		if err := os.WriteFile(filepath.Join(dir, agentFile), []byte(stale), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if info, ok := readAgentInfo(dir); ok {
+			t.Errorf("%s taken for a live recorder: %+v", stale, info)
+		}
+	}
+	out, errOut, code := runHolter(t, bin, "status", "--data", dir)
+	if !strings.Contains(out+errOut, "no recorder is running") {
+		t.Errorf("status beside a stale agent.json: exit %d %s%s", code, out, errOut)
+	}
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu", "--otlp-grpc", "off", "--otlp-http", "off")
+	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
+	r.waitEpochs(t, 1)
+	if info, ok := readAgentInfo(dir); !ok || info.Pid != r.cmd.Process.Pid {
+		t.Errorf("agent.json of the running recorder: %+v %v", info, ok)
+	}
+	if out, errOut, code := runHolter(t, bin, "status", "--data", dir); code != 0 || !strings.Contains(out, "recording") {
+		t.Errorf("status while recording: exit %d %s%s", code, out, errOut)
+	}
+	if _, errOut, code := runHolter(t, bin, "record", "--data", dir, "--api", ""); code == 0 || !strings.Contains(errOut, "already recording") {
+		t.Errorf("a second recorder: exit %d %s", code, errOut)
+	}
+	r.cmd.Process.Signal(syscall.SIGINT)
+	r.cmd.Wait()
+	<-r.done
+	if out, _, _ := runHolter(t, bin, "status", "--data", dir); !strings.Contains(out, "no recorder is running") {
+		t.Errorf("status after the recorder stopped:\n%s", out)
+	}
+}
+
 // TestServeFlagsCheckedFirst: an address, a data directory or a limit the
 // API cannot use is refused before anything is loaded or created (the
 // data directory does not appear).

@@ -14,12 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/holter-dev/holter/internal/access"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/symbol"
 )
 
 // agentFile in the data directory tells other holter commands that a
@@ -27,18 +27,34 @@ import (
 const agentFile = "agent.json"
 
 type agentInfo struct {
-	Pid int    `json:"pid"`
-	API string `json:"api,omitempty"`
+	Pid int `json:"pid"`
+	// Start is the process's start time (/proc/PID/stat field 22): a
+	// later process given the same pid is not taken for the recorder.
+	Start uint64 `json:"start"`
+	API   string `json:"api,omitempty"`
 	// OwnToken says the API takes a token given at its start, not the
 	// data directory's.
 	OwnToken bool `json:"own_token,omitempty"`
+}
+
+// processStart is the start time of process pid, in clock ticks since boot.
+func processStart(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return symbol.StatField(b, 22)
 }
 
 // writeAgentInfo records this process as dir's recorder. The file is
 // readable by all who may enter dir: it holds no secret, and tells
 // readers where the UI is.
 func writeAgentInfo(dir string, info agentInfo) error {
+	var err error
 	info.Pid = os.Getpid()
+	if info.Start, err = processStart(info.Pid); err != nil {
+		return fmt.Errorf("write %s: %w", agentFile, err)
+	}
 	b, _ := json.Marshal(info)
 	tmp := filepath.Join(dir, agentFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
@@ -50,17 +66,16 @@ func writeAgentInfo(dir string, info agentInfo) error {
 	return os.Rename(tmp, filepath.Join(dir, agentFile))
 }
 
-// readAgentInfo returns the recorder recorded in dir, if its process lives.
+// readAgentInfo returns the recorder recorded in dir, if that process
+// still runs: its pid names a process started when it was.
 func readAgentInfo(dir string) (agentInfo, bool) {
 	var info agentInfo
 	b, err := os.ReadFile(filepath.Join(dir, agentFile))
 	if err != nil || json.Unmarshal(b, &info) != nil || info.Pid <= 0 {
 		return info, false
 	}
-	if err := syscall.Kill(info.Pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return info, false
-	}
-	return info, true
+	start, err := processStart(info.Pid)
+	return info, err == nil && start == info.Start
 }
 
 // apiToken is the API token a command was given: with --token (which
