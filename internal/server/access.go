@@ -105,6 +105,9 @@ func (g *guard) tokenRole(r *http.Request) access.Role {
 }
 
 func (g *guard) role(given string) access.Role {
+	if given == "" {
+		return access.None
+	}
 	for _, t := range g.tokens {
 		if subtle.ConstantTimeCompare([]byte(given), t.value) == 1 {
 			return t.role

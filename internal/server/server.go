@@ -89,9 +89,11 @@ func CheckAddr(addr string, tokenGiven bool) error {
 // Listen binds the HTTP address and the sockets.
 func Listen(opts Options) (*Server, error) {
 	mux := http.NewServeMux()
-	g := &guard{next: mux, tokens: []roleToken{{[]byte(opts.Token), access.Root}}}
-	if opts.ReadToken != "" {
-		g.tokens = append(g.tokens, roleToken{[]byte(opts.ReadToken), access.Reader})
+	g := &guard{next: mux}
+	for _, t := range []roleToken{{[]byte(opts.Token), access.Root}, {[]byte(opts.ReadToken), access.Reader}} {
+		if len(t.value) > 0 {
+			g.tokens = append(g.tokens, t)
+		}
 	}
 	s := &Server{http: &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext}}
 	fail := func(err error) (*Server, error) {
