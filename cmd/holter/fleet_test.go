@@ -35,6 +35,7 @@ func fleetTokenFile(t testing.TB) string {
 // namespace, exporting to ClickHouse.
 type fleetAgent struct {
 	name, data, api string
+	token           string // the API's
 	ns              *testutil.Netns
 	rec             *recording
 	workload        *exec.Cmd
@@ -42,7 +43,7 @@ type fleetAgent struct {
 
 func startFleetAgent(t testing.TB, bin string, ns *testutil.Netns, name, chURL string) *fleetAgent {
 	t.Helper()
-	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", ns: ns}
+	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", token: fleetToken, ns: ns}
 	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
 		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token-file", fleetTokenFile(t)}
 	if chURL != "" {
@@ -75,7 +76,7 @@ func (a *fleetAgent) stop() {
 // status asks the agent's API (from the root namespace, with the token).
 func (a *fleetAgent) status(t *testing.T) *agentStatus {
 	t.Helper()
-	c := newClient(a.api, fleetToken)
+	c := newClient(a.api, a.token)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := c.status(ctx)
@@ -212,7 +213,8 @@ func stderrOf(err error) string {
 	return ""
 }
 
-// loopbackAgent reads the address of the recorder recording into dir.
+// loopbackAgent reads the address of the recorder recording into dir,
+// and the token it keeps there.
 func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
 	t.Helper()
 	select {
@@ -222,7 +224,7 @@ func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
 	}
 	for i := 0; i < 100; i++ {
 		if info, ok := readAgentInfo(dir); ok {
-			return &fleetAgent{name: name, data: dir, api: info.API, rec: r}
+			return &fleetAgent{name: name, data: dir, api: info.API, token: dirToken(dir), rec: r}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
