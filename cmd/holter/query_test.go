@@ -19,7 +19,9 @@ func TestQueryNumbersExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.Listen(server.Options{Addr: "127.0.0.1:0", Store: st})
+	const token = "query-test-token"
+	t.Setenv("HOLTER_TOKEN", token)
+	srv, err := server.Listen(server.Options{Addr: "127.0.0.1:0", Token: token, Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
