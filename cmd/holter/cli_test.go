@@ -200,7 +200,12 @@ func runHolterWithin(t *testing.T, d time.Duration, bin string, args ...string) 
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
+	return runCmd(t, exec.CommandContext(ctx, bin, args...))
+}
+
+// runCmd runs a prepared holter command and gives its output and exit status.
+func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -30,6 +31,7 @@ func commands() []command {
 	return []command{
 		{"record", "record the vital signs into the store and serve the API", runRecord},
 		{"ui", "serve the web UI over a stored recording, or over the fleet in ClickHouse (--source)", runUI},
+		{"ui-url", "print the login URL of the running recorder's web UI", runUIURL},
 		{"query", "answer SQL over the store", runQuery},
 		{"trace", "run a live tracing query compiled into eBPF probes", runTrace},
 		{"status", "say what is recorded, what is unsupported and why", runStatus},
@@ -107,10 +109,17 @@ func parse(fs *flag.FlagSet, args []string) error {
 			}
 			return err
 		}
+		if m := flagErrorRE.FindStringSubmatch(err.Error()); m != nil {
+			return usagef("--%s: %s: %s", m[2], m[1], m[3])
+		}
 		return usageError{err.Error()}
 	}
 	return refusedFlag(fs)
 }
+
+// flagErrorRE is the flag package's refusal of a value, reworded as the
+// refusals of valueFlag's flags are: --NAME: "VALUE": why.
+var flagErrorRE = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for flag -([a-z0-9-]+): (.*)$`)
 
 // defaultDataDir is where recordings live unless --data says otherwise.
 const defaultDataDir = "holter-data"

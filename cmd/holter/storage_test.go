@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holter-dev/holter/internal/access"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
@@ -133,7 +134,12 @@ func startSmallRecorder(t *testing.T, bin, data string) (r *recording, otlpAddr 
 		stopRecording(t, r)
 		t.Fatalf("no agent.json in %s", data)
 	}
-	return r, otlpAddr, []string{"--api", info.API, "--token", info.Token}
+	token, err := os.ReadFile(filepath.Join(data, access.AdminTokenFile))
+	if err != nil {
+		stopRecording(t, r)
+		t.Fatalf("the recorder's token: %v", err)
+	}
+	return r, otlpAddr, []string{"--api", info.API, "--token", strings.TrimSpace(string(token))}
 }
 
 // TestRecorderRidesOutStorageFaults runs the recorder on a file system

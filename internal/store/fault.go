@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -66,17 +67,27 @@ type health struct {
 	logf     func(format string, args ...any)
 }
 
+// instance is one DuckDB instance of the store's file: the writer's pool
+// and the connector each query makes a connection of its own from.
+type instance struct {
+	db        *sql.DB
+	connector *duckdb.Connector
+	// queryConns counts the queries' connections open on it: they keep
+	// the instance, and its lock on the file, alive after db is closed.
+	queryConns atomic.Int64
+}
+
 // handle is the store's DuckDB instance, which a fault closes and its
 // clearing opens again; callers use it as the *sql.DB it holds.
 type handle struct {
-	p atomic.Pointer[sql.DB]
+	p atomic.Pointer[instance]
 	// down is why there is no instance, nil while there is one.
 	down atomic.Pointer[error]
 }
 
-func newHandle(db *sql.DB) *handle {
+func newHandle(inst *instance) *handle {
 	h := &handle{}
-	h.p.Store(db)
+	h.p.Store(inst)
 	return h
 }
 
@@ -84,7 +95,28 @@ func (h *handle) get() (*sql.DB, error) {
 	if e := h.down.Load(); e != nil {
 		return nil, *e
 	}
-	return h.p.Load(), nil
+	return h.p.Load().db, nil
+}
+
+// connect makes a query's connection to the instance; done is called
+// when it is closed.
+func (h *handle) connect(ctx context.Context) (c driver.Conn, done func(), err error) {
+	if e := h.down.Load(); e != nil {
+		return nil, nil, *e
+	}
+	inst := h.p.Load()
+	inst.queryConns.Add(1)
+	if c, err = inst.connector.Connect(ctx); err != nil {
+		inst.queryConns.Add(-1)
+		return nil, nil, err
+	}
+	return c, func() { inst.queryConns.Add(-1) }, nil
+}
+
+// busy is how many connections of the current instance are open.
+func (h *handle) busy() int64 {
+	inst := h.p.Load()
+	return int64(inst.db.Stats().OpenConnections) + inst.queryConns.Load()
 }
 
 func (h *handle) Conn(ctx context.Context) (*sql.Conn, error) {
@@ -122,7 +154,7 @@ func (h *handle) Query(q string, args ...any) (*sql.Rows, error) {
 // QueryRowContext on a closed instance answers "database is closed": a
 // *sql.Row cannot carry another error.
 func (h *handle) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return h.p.Load().QueryRowContext(ctx, q, args...)
+	return h.p.Load().db.QueryRowContext(ctx, q, args...)
 }
 
 func (h *handle) QueryRow(q string, args ...any) *sql.Row {
@@ -144,7 +176,7 @@ func (h *handle) Close() error {
 	if h.down.Load() != nil {
 		return nil
 	}
-	return h.p.Load().Close()
+	return h.p.Load().db.Close()
 }
 
 // shut closes the instance for a fault; calls fail with why from now on.
@@ -152,12 +184,12 @@ func (h *handle) shut(why error) {
 	if h.down.Swap(&why) != nil {
 		return
 	}
-	h.p.Load().Close()
+	h.p.Load().db.Close()
 }
 
 // reopened puts a new instance in place of the one a fault closed.
-func (h *handle) reopened(db *sql.DB) {
-	h.p.Store(db)
+func (h *handle) reopened(inst *instance) {
+	h.p.Store(inst)
 	h.down.Store(nil)
 }
 
@@ -349,14 +381,14 @@ func (s *Store) recover() error {
 	}
 	// Two instances of one file in a process must not overlap: closing
 	// the old one's file would drop the new one's lock.
-	if n := s.db.p.Load().Stats().OpenConnections; n > 0 {
+	if n := s.db.busy(); n > 0 {
 		return fmt.Errorf("waiting for %d connections of the closed store to end", n)
 	}
-	db, err := openInstance(s.path, false)
+	inst, err := openInstance(s.path, &s.opts)
 	if err != nil {
 		return fmt.Errorf("open again: %w", err)
 	}
-	s.db.reopened(db)
+	s.db.reopened(inst)
 	// What the failed commit wrote may be in the store after all (its
 	// checkpoint failed, not its log): the store says what it holds, and
 	// the open rollup buckets and commit sequence are read from it again.

@@ -94,7 +94,8 @@ func checkWAL(dbPath string) error {
 // memory, and reads it whole: its schema version, and every column of
 // every row of every table.
 func verifyExisting(path string) error {
-	connector, err := duckdb.NewConnector(path+"?access_mode=READ_ONLY", nil)
+	o := (&Options{ReadOnly: true}).withDefaults()
+	connector, err := duckdb.NewConnector(path+"?"+dsnConfig(filepath.Dir(path), &o).Encode(), nil)
 	if err != nil {
 		return verifyError(path, err)
 	}
@@ -103,7 +104,7 @@ func verifyExisting(path string) error {
 	if err := db.Ping(); err != nil {
 		return verifyError(path, err)
 	}
-	s := &Store{db: newHandle(db), path: path, readOnly: true}
+	s := &Store{db: newHandle(&instance{db: db, connector: connector}), path: path, readOnly: true}
 	if err := s.checkVersion(); err != nil {
 		return fmt.Errorf("%w; %w", err, ErrNotVerified)
 	}
