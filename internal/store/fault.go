@@ -392,9 +392,8 @@ func (s *Store) recover() error {
 	// What the failed commit wrote may be in the store after all (its
 	// checkpoint failed, not its log): the store says what it holds, and
 	// the open rollup buckets and commit sequence are read from it again.
-	s.knownStacks, s.knownExes = map[uint64]struct{}{}, map[string]struct{}{}
 	s.open, s.spanSeq = nil, 0
-	if err := s.loadKnown(); err != nil {
+	if err := s.reloadKnownNow(); err != nil {
 		s.db.shut(fmt.Errorf("%w: %v", ErrUnavailable, err))
 		return err
 	}

@@ -185,6 +185,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	// The store's own function, registered by openInstance, is allowed
+	// in the bounded form alone (sandbox).
+	delete(s.sideEffects, budgetFunction)
 	if !o.ReadOnly {
 		if err := s.migrate(existed); err != nil {
 			db.Close()
@@ -352,13 +355,18 @@ func (s *Store) migrate(existed bool) error {
 // loadKnown remembers which stacks and executables the store holds, so an
 // epoch writes only new ones.
 func (s *Store) loadKnown() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reloadKnownNow()
+}
+
+// reloadKnownNow is loadKnown with s.mu held.
+func (s *Store) reloadKnownNow() error {
 	conn, err := s.db.Conn(context.Background())
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return s.reloadKnown(context.Background(), conn)
 }
 
