@@ -110,5 +110,5 @@ func answer(af agentFlags, q string, timeout time.Duration) (*store.Result, erro
 // addQueryTimeout adds --query-timeout, the time one SQL query may take.
 func addQueryTimeout(fs *flag.FlagSet) *time.Duration {
 	return valueFlag(fs, "query-timeout", formatDuration(store.DefaultQueryTimeout), "time one SQL query may take before it is stopped",
-		durationIn(time.Second, 24*time.Hour, ""))
+		durationIn(100*time.Millisecond, 24*time.Hour, ""))
 }

@@ -143,7 +143,7 @@ var flagCases = map[string]flagCase{
 	"api-host":        {bad: map[string]string{"http://x": "is not a host name (no port, no scheme)", "x:80": "is not a host name", "": "is not a host name"}},
 	"max-traces":      {bad: map[string]string{"0": "a whole number in [1, 1024]", "-1": "in [1, 1024]", "NaN": "a whole number"}},
 	"trace-memory":    {bad: map[string]string{"0": "a size in [1MiB, 1TiB]", "NaN": "a size", "-1MiB": "a size"}},
-	"query-timeout":   {bad: map[string]string{"0": "a duration in [1s, 24h]", "-1s": "a duration", "NaN": "a duration", "25h": "a duration in [1s, 24h]"}},
+	"query-timeout":   {bad: map[string]string{"0": "a duration in [100ms, 24h]", "-1s": "a duration", "NaN": "a duration", "25h": "a duration in [100ms, 24h]"}},
 	"admin-group":     {bad: map[string]string{"no-such-group-x": "no-such-group-x"}},
 	"reader-group":    {bad: map[string]string{"no-such-group-x": "no-such-group-x"}},
 	"json":            booleanFlag,

@@ -63,7 +63,12 @@ type health struct {
 	mu       sync.Mutex
 	h        Health
 	lastTry  time.Time
-	ino, dev uint64 // the store file's identity when it was opened
+	// ino and fsid are the store file's identity when it was opened: the
+	// file system's id rather than its device, so that one checked and
+	// mounted again through another device (a loop device attached again)
+	// holds the same file.
+	ino  uint64
+	fsid unix.Fsid
 	logf     func(format string, args ...any)
 }
 
@@ -205,12 +210,25 @@ func (s *Store) Health() Health {
 // noteIdentity remembers which file the store is, to tell when it is
 // deleted or replaced.
 func (s *Store) noteIdentity() {
-	var st syscall.Stat_t
-	if err := syscall.Stat(s.path, &st); err == nil {
+	if ino, fsid, err := fileIdentity(s.path); err == nil {
 		s.health.mu.Lock()
-		s.health.ino, s.health.dev = st.Ino, st.Dev
+		s.health.ino, s.health.fsid = ino, fsid
 		s.health.mu.Unlock()
 	}
+}
+
+// fileIdentity is the inode of the file at path and the id of its file
+// system.
+func fileIdentity(path string) (uint64, unix.Fsid, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, unix.Fsid{}, err
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return 0, unix.Fsid{}, err
+	}
+	return st.Ino, fs.Fsid, nil
 }
 
 // checkFile puts the store in a "deleted" fault when its file is gone or
@@ -230,15 +248,14 @@ func (s *Store) checkFile() {
 
 // sameFile says how the store's file is not the one it opened, if it is not.
 func (s *Store) sameFile() error {
-	var st syscall.Stat_t
-	err := syscall.Stat(s.path, &st)
+	nowIno, nowFsid, err := fileIdentity(s.path)
 	s.health.mu.Lock()
-	ino, dev := s.health.ino, s.health.dev
+	ino, fsid := s.health.ino, s.health.fsid
 	s.health.mu.Unlock()
 	switch {
 	case ino == 0:
 		return nil
-	case err == nil && st.Ino == ino && st.Dev == dev:
+	case err == nil && nowIno == ino && nowFsid == fsid:
 		return nil
 	case err == nil:
 		return fmt.Errorf("the store's file %s was replaced by another file: nothing more is stored in it; restart the recorder to record into the new one", s.path)

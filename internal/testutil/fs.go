@@ -53,9 +53,11 @@ func Fill(t testing.TB, dir string, keep int64) string {
 // does on an I/O error, with files open for writing (which a plain
 // read-only remount refuses: EBUSY).
 type ExtFS struct {
-	Dir  string
-	loop string
-	t    testing.TB
+	Dir   string
+	img   string
+	loop  string
+	loops []string
+	t     testing.TB
 }
 
 // NewExtFS makes and mounts an ext4 file system of size MiB.
@@ -80,13 +82,27 @@ func NewExtFS(t testing.TB, size int) *ExtFS {
 		t.Fatal(err)
 	}
 	run("mkfs.ext4", "-q", img)
-	fs := &ExtFS{Dir: t.TempDir(), loop: run("losetup", "--find", "--show", img), t: t}
+	fs := &ExtFS{Dir: t.TempDir(), img: img, t: t}
 	t.Cleanup(func() {
 		unix.Unmount(fs.Dir, unix.MNT_DETACH)
-		exec.Command("losetup", "-d", fs.loop).Run()
+		for _, l := range fs.loops {
+			exec.Command("losetup", "-d", l).Run()
+		}
 	})
+	fs.attach()
 	fs.mount()
 	return fs
+}
+
+// attach puts the image on a loop device of its own.
+func (fs *ExtFS) attach() {
+	fs.t.Helper()
+	out, err := exec.Command("losetup", "--find", "--show", fs.img).CombinedOutput()
+	if err != nil {
+		fs.t.Fatalf("losetup %s: %v\n%s", fs.img, err, out)
+	}
+	fs.loop = strings.TrimSpace(string(out))
+	fs.loops = append(fs.loops, fs.loop)
 }
 
 func (fs *ExtFS) mount() {
@@ -106,13 +122,19 @@ func (fs *ExtFS) Break() {
 	}
 }
 
-// Repair unmounts the file system, checks it and mounts it again, on the
-// same device: writable again. It fails the test while a file in it is
-// open.
+// Repair unmounts the file system, checks it and mounts it again:
+// writable again. What still holds the broken mount (a bound Unix
+// socket, the recorder's, pins it; an open file would too) keeps it,
+// detached: the image is then checked and mounted through a loop device
+// of its own, a new superblock, while the old one, read-only with its
+// journal aborted, writes nothing more.
 func (fs *ExtFS) Repair() {
 	fs.t.Helper()
 	if err := unix.Unmount(fs.Dir, 0); err != nil {
-		fs.t.Fatalf("unmount %s (are files in it still open?): %v", fs.Dir, err)
+		if err := unix.Unmount(fs.Dir, unix.MNT_DETACH); err != nil {
+			fs.t.Fatalf("unmount %s: %v", fs.Dir, err)
+		}
+		fs.attach()
 	}
 	// e2fsck exits 1 when it fixed something: the error Break reported.
 	if out, err := exec.Command("e2fsck", "-fy", fs.loop).CombinedOutput(); err != nil {
