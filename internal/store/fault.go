@@ -60,16 +60,16 @@ const recoverFree = 4 << 20
 // health is a store's fault state; it has a lock of its own, as Prune and
 // queries read it without the writer's.
 type health struct {
-	mu       sync.Mutex
-	h        Health
-	lastTry  time.Time
+	mu      sync.Mutex
+	h       Health
+	lastTry time.Time
 	// ino and fsid are the store file's identity when it was opened: the
 	// file system's id rather than its device, so that one checked and
 	// mounted again through another device (a loop device attached again)
 	// holds the same file.
 	ino  uint64
 	fsid unix.Fsid
-	logf     func(format string, args ...any)
+	logf func(format string, args ...any)
 }
 
 // instance is one DuckDB instance of the store's file: the writer's pool
