@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Go fuzz targets, each for EXECS executions (default 10^6): the flag
+# The Go fuzz targets, each for EXECS executions (default 10^6): the SQL
+# gate of the read-only query sandbox, the flag
 # value parsers, the live trace query parser and planner, the OTLP/HTTP
 # handler and its decoders (with a real store behind it), and the ELF,
 # /proc maps and kallsyms readers. Prints, per target, the executions run,
@@ -13,13 +14,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EXECS=${EXECS:-1000000}
 declare -A pkg=(
 	[FuzzFlagValues]=./cmd/holter
+	[FuzzReadOnlyGate]=./internal/store
 	[FuzzTraceQuery]=./internal/tracequery
 	[FuzzOTLPHTTP]=./internal/otlp
 	[FuzzELF]=./internal/symbol
 	[FuzzProcMaps]=./internal/symbol
 	[FuzzKallsyms]=./internal/symbol
 )
-TARGETS=${TARGETS:-FuzzFlagValues FuzzTraceQuery FuzzOTLPHTTP FuzzELF FuzzProcMaps FuzzKallsyms}
+TARGETS=${TARGETS:-FuzzReadOnlyGate FuzzFlagValues FuzzTraceQuery FuzzOTLPHTTP FuzzELF FuzzProcMaps FuzzKallsyms}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 printf '%-16s %12s %10s %8s %s\n' target executions seconds crashes package
