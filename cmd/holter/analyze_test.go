@@ -45,12 +45,12 @@ func TestAnalysisBadInput(t *testing.T) {
 		{[]string{"diff", "--data", dir, "--target", "-1m/now"}, 2, "give both"},
 		{[]string{"diff", "--data", dir, "--target", "-10h/-9h", "--reference", "-1m/now"}, 1, "no epochs recorded"},
 		{[]string{"findings", "--data", dir, "--range", "-10h/-9h"}, 1, "nothing recorded"},
-		{[]string{"findings", "--data", dir, "--timescale", "2m"}, 1, "unknown timescale"},
+		{[]string{"findings", "--data", dir, "--timescale", "2m"}, 2, `--timescale: "2m" is not one of "epoch", "5m", "1h", "1d"`},
 		{[]string{"run", "--data", dir, "--param", "size", "--", "true"}, 2, `"size" is not NAME=VALUE`},
 		{[]string{"run", "--data", dir, "--param", "=4", "--", "true"}, 2, "not NAME=VALUE"},
 		{[]string{"run", "--data", dir, "--param", "a=1", "--perf-regex", "(", "--", "true"}, 2, "--perf-regex"},
 		{[]string{"run", "--data", dir, "--param", "a=1"}, 2, "missing command"},
-		{[]string{"runs", "--data", dir, "--threshold", "2"}, 2, "not in (0, 1]"},
+		{[]string{"runs", "--data", dir, "--threshold", "2"}, 2, `--threshold: "2" is not a probability in (0, 1]`},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args[3:], " "), func(t *testing.T) {
