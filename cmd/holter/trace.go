@@ -76,7 +76,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(hosts) > 0 {
 		tracequery.EnsureTraceFS() // the coordinator compiles against its own catalog
-		plan, err := tracequery.Compile(text, &tracequery.Catalog{KernelFuncProbe: probeKernelFuncs},
+		plan, err := tracequery.Compile(text, nil,
 			&tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize})
 		if err != nil {
 			return err
@@ -103,8 +103,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if _, err := tracequery.EnsureTraceFS(); err != nil {
 		fmt.Fprintf(stderr, "holter trace: %v\n", err)
 	}
-	cat := &tracequery.Catalog{KernelFuncProbe: probeKernelFuncs}
-	plan, err := tracequery.Compile(text, cat, &tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize})
+	plan, err := tracequery.Compile(text, nil, &tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize})
 	if err != nil {
 		return err
 	}
@@ -206,17 +205,6 @@ func (t *startTiming) phase(name string) {
 	fmt.Fprintf(t.w, "holter trace: timing: %-12s at %7.2f ms (+%6.2f ms)  peak RSS %5.1f MB  Go heap %5.1f MB\n", name,
 		float64(now.Sub(t.t0).Microseconds())/1000, float64(now.Sub(t.last).Microseconds())/1000, float64(ru.Maxrss)/1024, float64(ms.HeapAlloc)/(1<<20))
 	t.last = now
-}
-
-// probeKernelFuncs says why kprobes/fentry cannot be used here, or nil.
-func probeKernelFuncs() error {
-	if _, err := os.Stat("/sys/kernel/tracing/kprobe_events"); err != nil {
-		return fmt.Errorf("this kernel has no kprobes (no /sys/kernel/tracing/kprobe_events)")
-	}
-	if b, err := os.ReadFile("/sys/kernel/security/lockdown"); err == nil && !bytes.Contains(b, []byte("[none]")) {
-		return fmt.Errorf("the kernel is locked down (%s)", strings.TrimSpace(string(b)))
-	}
-	return nil
 }
 
 func listSources(w io.Writer, pattern string, asJSON bool) error {
