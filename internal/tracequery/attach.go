@@ -40,6 +40,30 @@ func (s *Session) attach(pr *Program, prog *ebpf.Program) error {
 			return fmt.Errorf("attach %s: %w", pb, err)
 		}
 		s.links = append(s.links, l)
+	case ProbeBTF, ProbeKfunc:
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", pb, err)
+		}
+		s.links = append(s.links, l)
+	case ProbeRawTP:
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: pb.Event, Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", pb, err)
+		}
+		s.links = append(s.links, l)
+	case ProbeKprobe:
+		var l link.Link
+		var err error
+		if pb.Return {
+			l, err = link.Kretprobe(pb.Symbol, prog, nil)
+		} else {
+			l, err = link.Kprobe(pb.Symbol, prog, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", pb, err)
+		}
+		s.links = append(s.links, l)
 	case ProbePerf:
 		attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK,
 			Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{}))}
@@ -66,6 +90,8 @@ func (s *Session) attach(pr *Program, prog *ebpf.Program) error {
 			}
 			s.links = append(s.links, l)
 		}
+	default:
+		return fmt.Errorf("attach %s: no way to attach this kind of probe", pb)
 	}
 	return nil
 }

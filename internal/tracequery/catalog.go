@@ -68,6 +68,15 @@ func (t Type) String() string {
 	return "int"
 }
 
+// a is the type's name with its article, for messages: "an int".
+func (t Type) a() string {
+	n := t.String()
+	if strings.ContainsRune("aeiou", rune(n[0])) {
+		return "an " + n
+	}
+	return "a " + n
+}
+
 // intLike says whether the probe holds t as a 64-bit integer it can
 // compare.
 func intLike(t Type) bool { return t == TInt || t == TSyscall || t == TPtr }
@@ -245,6 +254,9 @@ func (s *Source) Field(name string) (*Field, bool) {
 	if f := builtin(name); f != nil {
 		return f, true
 	}
+	if own, ok := strings.CutPrefix(name, "args."); ok && !strings.Contains(own, ".") {
+		return s.Field(own)
+	}
 	if s.resolve != nil && strings.Contains(name, ".") {
 		if f, ok := s.resolved[name]; ok {
 			return f, true
@@ -258,9 +270,6 @@ func (s *Source) Field(name string) (*Field, bool) {
 		}
 		s.resolved[name] = f
 		return f, true
-	}
-	if own, ok := strings.CutPrefix(name, "args."); ok {
-		return s.Field(own)
 	}
 	return nil, false
 }
@@ -290,6 +299,9 @@ type Catalog struct {
 	KernelFuncProbe func(kind string) error
 	// BTF is the kernel's BTF; nil means the running kernel's.
 	BTF func() (*btf.Spec, error)
+	// PID, if set, is the process traced: uprobe.LIB.SYMBOL looks for LIB
+	// among its mappings first.
+	PID int
 }
 
 func (c *Catalog) tracefs() string {
@@ -420,9 +432,9 @@ func (c *Catalog) Lookup(ref SourceRef) (*Source, error) {
 		return c.syscall(p[1], bad)
 	case "uprobe", "uretprobe":
 		if len(p) != 3 {
-			return nil, bad(`a user function source is %s."PATH".SYMBOL, e.g. uprobe."/usr/bin/bash".readline`, p[0])
+			return nil, bad(`a user function source is %s.BINARY.SYMBOL, BINARY a library or program name or a quoted path: uprobe.libc.malloc, uprobe."/usr/bin/bash".readline`, p[0])
 		}
-		return uprobeSource(p[1], p[2], bad)
+		return c.uprobeSource(strings.ToLower(p[0]), p[1], p[2], bad)
 	case "usdt":
 		if len(p) != 4 {
 			return nil, bad(`a static marker source is usdt."PATH".PROVIDER.NAME`)
@@ -498,7 +510,7 @@ func (c *Catalog) syscall(name string, bad func(string, ...any) error) (*Source,
 		for _, f := range enter {
 			switch f.Name {
 			case "id":
-				f.Name, f.Desc, f.Side = "nr", "syscall number", SideBegin
+				f.Name, f.Desc, f.Side, f.Type = "nr", "system call (its number in the probe, its name in output)", SideBegin, TSyscall
 				fields = append(fields, f)
 			}
 		}
@@ -555,14 +567,24 @@ func (c *Catalog) syscall(name string, bad func(string, ...any) error) (*Source,
 // x86-64 struct pt_regs offsets of the argument and return registers.
 var ptRegsArgs = []int{112, 104, 96, 88, 72, 64} // di, si, dx, cx, r8, r9
 
-const ptRegsAX = 80
+const (
+	ptRegsAX = 80
+	ptRegsIP = 128
+)
 
-func uprobeSource(path, sym string, bad func(string, ...any) error) (*Source, error) {
-	if !filepath.IsAbs(path) {
-		return nil, bad("uprobe path %q: give an absolute path", path)
+func (c *Catalog) uprobeSource(kind, name, sym string, bad func(string, ...any) error) (*Source, error) {
+	pid := 0
+	if c != nil {
+		pid = c.PID
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, bad("uprobe path %s: %v", path, err)
+	path, err := resolveBinary(name, pid)
+	if err != nil {
+		return nil, bad("uprobe binary %s: %v", name, err)
+	}
+	if fns, err := functions(path, sym); err != nil {
+		return nil, bad("uprobe binary %s: %v", path, err)
+	} else if len(fns) == 0 {
+		return nil, bad("no function %s in %s (holter trace --list '%s.%s.%s*' lists its functions)", sym, path, kind, name, sym[:min(len(sym), 3)])
 	}
 	var fields []Field
 	for i, off := range ptRegsArgs {
@@ -570,6 +592,7 @@ func uprobeSource(path, sym string, bad func(string, ...any) error) (*Source, er
 			Desc: "integer argument (System V x86-64 register)"})
 	}
 	fields = append(fields,
+		Field{Name: "ip", Type: TInt, Side: SideBegin, Offset: ptRegsIP, Size: 8, Desc: "the function's address (usym(ip) names it)"},
 		Field{Name: "ret", Type: TInt, Offset: ptRegsAX, Size: 8, Signed: true, Desc: "return value"},
 		Field{Name: "latency", Type: TInt, Loc: LocLatency, Desc: "ns from entry to return"})
 	b := Probe{Kind: ProbeUprobe, Path: path, Symbol: sym, PairByTid: true}
@@ -723,6 +746,31 @@ func (c *Catalog) List(pattern string) ([]Listing, error) {
 				continue
 			}
 			add("tracepoint."+g.Name()+"."+e.Name(), "")
+		}
+	}
+	if kind, rest, ok := strings.Cut(pattern, "."); ok && (kind == "uprobe" || kind == "uretprobe") {
+		ref := mustRef(pattern)
+		if len(ref.Parts) != 3 {
+			return nil, fmt.Errorf("list a binary's functions with %s.BINARY.PATTERN, e.g. %s.libc.mall*", kind, kind)
+		}
+		pid := 0
+		if c != nil {
+			pid = c.PID
+		}
+		path, err := resolveBinary(ref.Parts[1], pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", rest, err)
+		}
+		fns, err := functions(path, ref.Parts[2])
+		if err != nil {
+			return nil, fmt.Errorf("functions of %s: %w", path, err)
+		}
+		names = names[:0]
+		for _, fn := range fns {
+			names = append(names, Listing{Source: fmt.Sprintf("%s.%q.%s", kind, path, fn)})
+		}
+		if len(names) > 20 {
+			return names, nil
 		}
 	}
 	if strings.HasPrefix(pattern, "usdt.") {

@@ -391,9 +391,10 @@ func (g *gen) end() {
 	}
 	g.emit(asm.Ja.Label(g.exitLabel()))
 	g.mark(noBegin)
-	if p.Filter == nil || !g.filterOnBeginOnly() {
+	if j := p.Source.Join; (j == nil || j.Kind == JoinFollowedBy) && (p.Filter == nil || !g.filterOnBeginOnly()) {
 		// With the filter at the begin, ends of filtered-out events miss
 		// by design; otherwise a miss is an end whose begin was not seen.
+		// (A JOIN's right event without a left one meets nothing: no loss.)
 		g.count(CounterUnmatched)
 	}
 }

@@ -144,7 +144,7 @@ func (e *uenv) unary(x *Unary) (ucode, error) {
 	switch x.Op {
 	case "not":
 		if !isCond(a.t) {
-			return ucode{}, errAt(x.X, "type mismatch: NOT needs a condition, %s is a %s", e.text(x.X), a.t)
+			return ucode{}, errAt(x.X, "type mismatch: NOT needs a condition, %s is %s", e.text(x.X), a.t.a())
 		}
 		return ucode{func(in, out []any) any {
 			b, ok := truth(f(in, out))
@@ -172,10 +172,10 @@ func (e *uenv) unary(x *Unary) (ucode, error) {
 		case TNull:
 			return a, nil
 		}
-		return ucode{}, errAt(x.X, "type mismatch: - needs a number, %s is a %s", e.text(x.X), a.t)
+		return ucode{}, errAt(x.X, "type mismatch: - needs a number, %s is %s", e.text(x.X), a.t.a())
 	case "~":
 		if a.t != TInt && a.t != TNull {
-			return ucode{}, errAt(x.X, "type mismatch: ~ needs an integer, %s is a %s", e.text(x.X), a.t)
+			return ucode{}, errAt(x.X, "type mismatch: ~ needs an integer, %s is %s", e.text(x.X), a.t.a())
 		}
 		return ucode{func(in, out []any) any {
 			if v, ok := f(in, out).(int64); ok {
@@ -233,7 +233,7 @@ func (e *uenv) binary(x *Binary) (ucode, error) {
 			c ucode
 		}{{x.L, l}, {x.R, r}} {
 			if !isCond(s.c.t) {
-				return ucode{}, errAt(s.n, "type mismatch: %s needs conditions, %s is a %s", strings.ToUpper(x.Op), e.text(s.n), s.c.t)
+				return ucode{}, errAt(s.n, "type mismatch: %s needs conditions, %s is %s", strings.ToUpper(x.Op), e.text(s.n), s.c.t.a())
 			}
 		}
 		and := x.Op == "and"
@@ -270,7 +270,7 @@ func (e *uenv) binary(x *Binary) (ucode, error) {
 			c ucode
 		}{{x.L, l}, {x.R, r}} {
 			if s.c.t != TString && s.c.t != TNull && s.c.t != TAny {
-				return ucode{}, errAt(s.n, "type mismatch: LIKE matches strings, %s is a %s", e.text(s.n), s.c.t)
+				return ucode{}, errAt(s.n, "type mismatch: LIKE matches strings, %s is %s", e.text(s.n), s.c.t.a())
 			}
 		}
 		not := x.Op == "not like"
@@ -288,7 +288,7 @@ func (e *uenv) binary(x *Binary) (ucode, error) {
 			c ucode
 		}{{x.L, l}, {x.R, r}} {
 			if s.c.t != TString && s.c.t != TInt && s.c.t != TNull && s.c.t != TAny {
-				return ucode{}, errAt(s.n, "type mismatch: || joins strings and integers, %s is a %s", e.text(s.n), s.c.t)
+				return ucode{}, errAt(s.n, "type mismatch: || joins strings and integers, %s is %s", e.text(s.n), s.c.t.a())
 			}
 		}
 		return ucode{func(in, out []any) any {
@@ -312,7 +312,7 @@ func (e *uenv) binary(x *Binary) (ucode, error) {
 		if intOnly {
 			want = "integers"
 		}
-		return ucode{}, errAt(s.n, "type mismatch: %s needs %s, %s is a %s%s", x.Op, want, e.text(s.n), s.c.t, pointerHint(e.p, s.n, s.c.t))
+		return ucode{}, errAt(s.n, "type mismatch: %s needs %s, %s is %s%s", x.Op, want, e.text(s.n), s.c.t.a(), pointerHint(e.p, s.n, s.c.t))
 	}
 	t := TInt
 	if l.t == TFloat || r.t == TFloat {
@@ -426,7 +426,7 @@ func (e *uenv) comparable(x, l Node, lt Type, r Node, rt Type) error {
 	case lt == TBool && rt == TInt || lt == TInt && rt == TBool:
 		return nil
 	}
-	return errAt(x, "type mismatch: %s compares a %s with a %s", e.text(x), lt, rt)
+	return errAt(x, "type mismatch: %s compares %s with %s", e.text(x), lt.a(), rt.a())
 }
 
 // compareValues orders a and b: -1, 0 or 1; false if either is NULL or
@@ -588,7 +588,7 @@ func (e *uenv) caseExpr(x *Case) (ucode, error) {
 				return ucode{}, err
 			}
 		} else if !isCond(conds[i].t) {
-			return ucode{}, errAt(w.Cond, "type mismatch: WHEN needs a condition, %s is a %s", e.text(w.Cond), conds[i].t)
+			return ucode{}, errAt(w.Cond, "type mismatch: WHEN needs a condition, %s is %s", e.text(w.Cond), conds[i].t.a())
 		}
 		if thens[i], err = e.compile(w.Then); err != nil {
 			return ucode{}, err

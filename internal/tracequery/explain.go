@@ -66,6 +66,9 @@ func (p *Plan) Explain(insns bool) (string, error) {
 		if len(keys) == 0 {
 			keys = []string{"(one group)"}
 		}
+		if len(aggs) == 0 {
+			aggs = []string{"none, the groups alone (a count kept)"}
+		}
 		fmt.Fprintf(&b, "  group by: %s (%d-byte key)\n", strings.Join(keys, ", "), p.KeySize)
 		fmt.Fprintf(&b, "  aggregates: %s (%d-byte per-CPU value)\n", strings.Join(aggs, ", "), p.ValSize)
 		fmt.Fprintf(&b, "  state: 2 per-CPU hash maps of %d keys, swapped each interval; keys that do not fit are counted (map_full)\n", p.Opts.MapSize)

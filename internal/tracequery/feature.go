@@ -12,6 +12,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/holter-dev/holter/internal/memlock"
 )
 
 // Kernel function probes are asked of the kernel, not assumed: a kprobe
@@ -30,6 +32,10 @@ var (
 // "kfunc") cannot run on this kernel, or nil if it can.
 func ProbeKernelFuncs(kind string) error {
 	featureOnce.Do(func() {
+		if err := memlock.Raise(); err != nil {
+			kprobeErr, fentryErr = err, err
+			return
+		}
 		kprobeErr = probeKprobes()
 		fentryErr = probeFentry()
 	})
@@ -80,8 +86,13 @@ func probeFentry() error {
 	return nil
 }
 
-// classifyProbeError says what the kernel's refusal of a probe means.
+// classifyProbeError says what the kernel's refusal of a probe means, in
+// the kernel's own errno (the library's hints would mislead here).
 func classifyProbeError(what string, err error) error {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		err = errno
+	}
 	switch {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
 		mode := lockdownMode()
@@ -98,7 +109,15 @@ func classifyProbeError(what string, err error) error {
 // lockdownMode is the kernel lockdown in force ("none", "integrity",
 // "confidentiality"), or "" if the kernel does not say.
 func lockdownMode() string {
-	b, err := os.ReadFile("/sys/kernel/security/lockdown")
+	const path = "/sys/kernel/security/lockdown"
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		// securityfs may not be mounted (a fresh machine): as for tracefs,
+		// root mounts it to read what the kernel says.
+		if unix.Mount("securityfs", "/sys/kernel/security", "securityfs", 0, "") == nil {
+			b, err = os.ReadFile(path)
+		}
+	}
 	if err != nil {
 		return ""
 	}

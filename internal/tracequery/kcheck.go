@@ -32,7 +32,7 @@ func (p *Plan) checkKernel(n Node) (Type, error) {
 			return 0, err
 		}
 		if !intLike(t) || t == TPtr && x.Op != "not" {
-			return 0, errAt(x.X, "type mismatch: %s needs an integer, %s is a %s%s", strings.ToUpper(x.Op), p.text(x.X), t, pointerHint(p, x.X, t))
+			return 0, errAt(x.X, "type mismatch: %s needs an integer, %s is %s%s", strings.ToUpper(x.Op), p.text(x.X), t.a(), pointerHint(p, x.X, t))
 		}
 		return TInt, nil
 	case *Binary:
@@ -61,7 +61,7 @@ func (p *Plan) checkKernel(n Node) (Type, error) {
 				return 0, err
 			}
 			if !intLike(xt) || !intLike(et) {
-				return 0, errAt(x, "type mismatch: BETWEEN compares integers, here a %s and a %s", xt, et)
+				return 0, errAt(x, "type mismatch: BETWEEN compares integers, here %s and %s", xt.a(), et.a())
 			}
 		}
 		return TInt, nil
@@ -116,7 +116,7 @@ func (p *Plan) checkOperands(x, l Node, lt Type, e Node) error {
 	case lt == TBytes || et == TBytes:
 		return &notPushable{x, "the probe does not compare byte arrays"}
 	}
-	return errAt(x, "type mismatch: %s compares a %s with a %s", p.text(x), lt, et)
+	return errAt(x, "type mismatch: %s compares %s with %s", p.text(x), lt.a(), et.a())
 }
 
 func (p *Plan) checkBinary(x *Binary) (Type, error) {
@@ -138,7 +138,7 @@ func (p *Plan) checkBinary(x *Binary) (Type, error) {
 			if lt != TString {
 				bad, bt = x.R, rt
 			}
-			return 0, errAt(bad, "type mismatch: %s needs numbers, %s is a %s", x.Op, p.text(bad), bt)
+			return 0, errAt(bad, "type mismatch: %s needs numbers, %s is %s", x.Op, p.text(bad), bt.a())
 		}
 		if lt == TSyscall || rt == TSyscall {
 			if _, lLit := x.L.(*String); !lLit {
@@ -156,10 +156,10 @@ func (p *Plan) checkBinary(x *Binary) (Type, error) {
 			return 0, err
 		}
 		if lt != TString {
-			return 0, errAt(x.L, "type mismatch: LIKE matches a string, %s is a %s", p.text(x.L), lt)
+			return 0, errAt(x.L, "type mismatch: LIKE matches a string, %s is %s", p.text(x.L), lt.a())
 		}
 		if rt != TString {
-			return 0, errAt(x.R, "type mismatch: a LIKE pattern is a string, %s is a %s", p.text(x.R), rt)
+			return 0, errAt(x.R, "type mismatch: a LIKE pattern is a string, %s is %s", p.text(x.R), rt.a())
 		}
 		if _, ok := x.R.(*String); !ok {
 			return 0, &notPushable{x, "the probe matches LIKE only against a constant pattern"}
@@ -186,7 +186,7 @@ func (p *Plan) checkBinary(x *Binary) (Type, error) {
 			t Type
 		}{{x.L, lt}, {x.R, rt}} {
 			if !intLike(s.t) {
-				return 0, errAt(s.n, "type mismatch: %s needs conditions, %s is a %s", strings.ToUpper(x.Op), p.text(s.n), s.t)
+				return 0, errAt(s.n, "type mismatch: %s needs conditions, %s is %s", strings.ToUpper(x.Op), p.text(s.n), s.t.a())
 			}
 		}
 		return TInt, nil
@@ -200,7 +200,7 @@ func (p *Plan) checkBinary(x *Binary) (Type, error) {
 		if lt == TInt {
 			bad, lt = x.R, rt
 		}
-		return 0, errAt(bad, "type mismatch: %s needs integers, %s is a %s%s", x.Op, p.text(bad), lt, pointerHint(p, bad, lt))
+		return 0, errAt(bad, "type mismatch: %s needs integers, %s is %s%s", x.Op, p.text(bad), lt.a(), pointerHint(p, bad, lt))
 	}
 	if x.Op == "/" || x.Op == "%" {
 		if n, ok := x.R.(*Number); ok && n.Int == 0 {
@@ -233,7 +233,7 @@ func (p *Plan) checkCase(x *Case) (Type, error) {
 				return 0, err
 			}
 			if !intLike(t) {
-				return 0, errAt(w.Cond, "type mismatch: WHEN needs a condition, %s is a %s", p.text(w.Cond), t)
+				return 0, errAt(w.Cond, "type mismatch: WHEN needs a condition, %s is %s", p.text(w.Cond), t.a())
 			}
 		}
 	}
@@ -333,7 +333,7 @@ func (p *Plan) checkCall(x *Call) (Type, error) {
 			if i == 0 {
 				t0 = t
 			} else if t != t0 && !(intLike(t) && intLike(t0)) {
-				return 0, errAt(x, "type mismatch: the arguments of coalesce() are a %s and a %s", t0, t)
+				return 0, errAt(x, "type mismatch: the arguments of coalesce() are %s and %s", t0.a(), t.a())
 			}
 		}
 		if len(x.Args) == 0 {
@@ -353,7 +353,7 @@ func (p *Plan) checkCall(x *Call) (Type, error) {
 		case x.Name == "ntop" && (t == TBytes && (p.kernelSize(x.Args[0]) == 4 || p.kernelSize(x.Args[0]) == 16) || t == TInt):
 		case x.Name != "ntop" && (t == TInt || t == TPtr):
 		default:
-			return 0, errAt(x.Args[0], "type mismatch: %s() writes %s; %s is a %s", x.Name, decoders[x.Name], p.text(x.Args[0]), t)
+			return 0, errAt(x.Args[0], "type mismatch: %s() writes %s; %s is %s", x.Name, decoders[x.Name], p.text(x.Args[0]), t.a())
 		}
 		if x.Name == "usym" {
 			p.Fields["pid"] = builtin("pid")
@@ -396,7 +396,7 @@ func (p *Plan) checkStr(x *Call) error {
 		return err
 	}
 	if t != TInt && t != TPtr {
-		return errAt(arg, "type mismatch: str() reads from an address, %s is a %s", p.text(arg), t)
+		return errAt(arg, "type mismatch: str() reads from an address, %s is %s", p.text(arg), t.a())
 	}
 	var f *Field
 	switch a := arg.(type) {

@@ -49,6 +49,11 @@ func (g *gen) evalMore(n Node, d int) {
 	case *Cast:
 		g.eval(x.X, d)
 	case *Call:
+		if l, ok := g.locs[exprKey(x)]; ok {
+			// Computed before: kstack(n), ustack(n).
+			g.loadCtx(r, l)
+			return
+		}
 		// coalesce (never NULL here: its first argument), and the
 		// decoders of integers (ksym, usym, ntop of a 32-bit address).
 		g.eval(x.Args[0], d)

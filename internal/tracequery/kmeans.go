@@ -16,7 +16,9 @@ import (
 // same answer for the same input), and gives each group its cluster,
 // numbered from the largest (0) to the smallest, the cluster's size and
 // the group's distance to its centre. A group alone in its cluster, far
-// from the others, is the odd one.
+// from the others, is the odd one. On separated clusters this is the
+// optimal clustering (TestKMeansMatchesExhaustiveSearch); otherwise
+// Lloyd's iterations may stop at a local optimum.
 
 // kmeansType is the DuckDB type of kmeans' value.
 const kmeansType = `STRUCT("cluster" BIGINT, "members" BIGINT, "distance" DOUBLE)`

@@ -143,6 +143,7 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 	tick := time.NewTicker(ro.Interval)
 	defer tick.Stop()
 	var deadline <-chan time.Time
+	end := time.Now().Add(ro.Duration)
 	if ro.Duration > 0 {
 		t := time.NewTimer(ro.Duration)
 		defer t.Stop()
@@ -150,8 +151,15 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 	}
 	delivered := 0
 	for {
+		partial := true
 		select {
 		case <-tick.C:
+			if ro.Duration > 0 && time.Until(end) < ro.Interval/4 {
+				// The run ends with this interval (a --for that is a
+				// whole number of intervals), not with a sliver after it.
+				partial = false
+				break
+			}
 			iv, err := flush(context.WithoutCancel(ctx))
 			if err != nil {
 				return err
@@ -175,8 +183,8 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 		if err := s.RowErr(); err != nil {
 			return err
 		}
-		if !iv.Events && len(iv.Counters) == 0 && delivered > 0 {
-			return nil // an empty trailing interval
+		if partial && !iv.Events && len(iv.Counters) == 0 && delivered > 0 {
+			return nil // an empty trailing sliver of an interval
 		}
 		return each(iv)
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -46,26 +45,18 @@ func likeRef(pattern, s string) bool {
 func asThreads(t *testing.T, names []string, fn func(name string)) {
 	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(names))
 	for i, name := range names {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runtime.LockOSThread() // the renamed thread ends with the goroutine
-			if err := testutil.SetThreadName(name); err != nil {
-				errs <- err
-				return
-			}
-			for j := 0; j <= i; j++ {
-				fn(name)
-			}
+			onThread(t, name, func() {
+				for j := 0; j <= i; j++ {
+					fn(name)
+				}
+			})
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 }
 
 // TestStringMatchExact runs LIKE, = and <> on comm, on a tracepoint's

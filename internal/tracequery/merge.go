@@ -165,7 +165,7 @@ func partialColumns(p *Plan) (cols, types []string) {
 	}
 	for _, k := range p.Keys {
 		if k.Bucket == nil {
-			cols, types = append(cols, k.Col), append(types, duckTypeOf(userType(k.Type), nil))
+			cols, types = append(cols, k.Col), append(types, duckTypeOf(k.userType(), nil))
 		}
 	}
 	for _, a := range p.Aggs {

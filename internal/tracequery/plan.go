@@ -276,14 +276,30 @@ func (p *Plan) prepare() error {
 		}
 	}
 	q.Select = items
-	// Substitute GROUP BY aliases by their select expressions.
+	// Substitute GROUP BY aliases by their select expressions: an alias
+	// the query gave is what it means, even if a field has that name.
+	// GROUP BY 2 and ORDER BY 2 are the second output column.
+	ordinal := func(n Node) (int, bool, error) {
+		num, ok := n.(*Number)
+		if !ok || !num.IsInt {
+			return 0, false, nil
+		}
+		if num.Int < 1 || num.Int > int64(len(q.Select)) {
+			return 0, false, errAt(n, "there is no output column %d (the SELECT has %d)", num.Int, len(q.Select))
+		}
+		return int(num.Int) - 1, true, nil
+	}
 	for i, g := range q.GroupBy {
+		if c, ok, err := ordinal(g); err != nil {
+			return err
+		} else if ok {
+			q.GroupBy[i] = q.Select[c].Expr
+			continue
+		}
 		if id, ok := g.(*Ident); ok {
-			if _, isField := p.field(id.Name); !isField {
-				for _, it := range q.Select {
-					if strings.EqualFold(it.Alias, id.Name) {
-						q.GroupBy[i] = it.Expr
-					}
+			for _, it := range q.Select {
+				if strings.EqualFold(it.Alias, id.Name) {
+					q.GroupBy[i] = it.Expr
 				}
 			}
 		}
@@ -304,6 +320,14 @@ func (p *Plan) prepare() error {
 			}
 		}
 		p.Columns = append(p.Columns, name)
+	}
+	for i, o := range q.OrderBy {
+		if c, ok, err := ordinal(o.Expr); err != nil {
+			return err
+		} else if ok {
+			a, b := o.Expr.Span()
+			q.OrderBy[i].Expr = &Ident{span{a, b}, p.Columns[c]}
+		}
 	}
 	if q.Distinct && len(q.GroupBy) == 0 && q.Having == nil {
 		agg := false
@@ -450,6 +474,23 @@ func (p *Plan) conditions() []Node {
 // planWhere pushes the conjuncts the probe can evaluate and returns the
 // rest, for user space.
 func (p *Plan) planWhere() (rest []Node, err error) {
+	if j := p.Source.Join; j != nil {
+		// The key's parts: integers of each side, compared as such.
+		for i := range j.LeftKey {
+			lt, err := p.checkKernel(j.LeftKey[i])
+			if err != nil {
+				return nil, err
+			}
+			rt, err := p.checkKernel(j.RightKey[i])
+			if err != nil {
+				return nil, err
+			}
+			if !intLike(lt) || !intLike(rt) {
+				return nil, errAt(j.LeftKey[i], "a join's key is integers (tid, pid, fd, …): %s is %s and %s %s",
+					p.text(j.LeftKey[i]), lt.a(), p.text(j.RightKey[i]), rt.a())
+			}
+		}
+	}
 	var pushed []Node
 	for _, c := range p.conditions() {
 		t, err := p.checkKernel(c)
@@ -464,7 +505,7 @@ func (p *Plan) planWhere() (rest []Node, err error) {
 		case err != nil:
 			return nil, err
 		case !intLike(t):
-			return nil, errAt(c, "type mismatch: WHERE needs a condition, %s is a %s", p.text(c), t)
+			return nil, errAt(c, "type mismatch: WHERE needs a condition, %s is %s", p.text(c), t.a())
 		default:
 			pushed = append(pushed, c)
 		}
@@ -530,6 +571,12 @@ func (p *Plan) planAggregate() error {
 		t, err := p.checkKernel(g)
 		if err != nil {
 			return err
+		}
+		if c, ok := g.(*Call); ok {
+			if _, dec := decoders[c.Name]; dec {
+				// The probe keeps the decoder's argument.
+				t, _ = p.checkKernel(c.Args[0])
+			}
 		}
 		k := &Key{Expr: g, Type: t, Col: fmt.Sprintf("k%d", len(p.Keys))}
 		switch t {
@@ -674,7 +721,7 @@ func (p *Plan) planAgg(c *Call, kind AggKind) (*Agg, error) {
 	case t == TString && kind == AggTopK:
 		a.KeySize = p.stringSize(a.Arg)
 	case t == TString || t == TLabel || t == TBytes:
-		return nil, &notPushable{a.Arg, fmt.Sprintf("%s() of a %s", c.Name, t)}
+		return nil, &notPushable{a.Arg, fmt.Sprintf("%s() of %s", c.Name, t.a())}
 	case t == TStack && kind != AggSample && kind != AggDistinct && kind != AggTopK:
 		return nil, errAt(a.Arg, "type mismatch: %s() needs an integer, %s is a stack", c.Name, p.text(a.Arg))
 	}
@@ -684,7 +731,7 @@ func (p *Plan) planAgg(c *Call, kind AggKind) (*Agg, error) {
 			return nil, err
 		}
 		if wt != TInt {
-			return nil, errAt(a.Weight, "type mismatch: a topk weight is an integer, %s is a %s", p.text(a.Weight), wt)
+			return nil, errAt(a.Weight, "type mismatch: a topk weight is an integer, %s is %s", p.text(a.Weight), wt.a())
 		}
 	}
 	return a, nil
@@ -706,14 +753,14 @@ func (p *Plan) checkAggArg(a *Agg, t Type) error {
 				hint = ": an address is not a quantity"
 			}
 		}
-		return errAt(a.Arg, "type mismatch: %s() needs a number, %s is a %s%s", a.Call.Name, p.text(a.Arg), t, hint)
+		return errAt(a.Arg, "type mismatch: %s() needs a number, %s is %s%s", a.Call.Name, p.text(a.Arg), t.a(), hint)
 	case AggMin, AggMax:
 		if t == TStack || t == TBuckets || t == TList || t == TRecord || t == TBytes {
-			return errAt(a.Arg, "type mismatch: %s() needs a number or a string, %s is a %s", a.Call.Name, p.text(a.Arg), t)
+			return errAt(a.Arg, "type mismatch: %s() needs a number or a string, %s is %s", a.Call.Name, p.text(a.Arg), t.a())
 		}
 	case AggKMeans:
 		if t != TInt && t != TSyscall && t != TAny {
-			return errAt(a.Arg, "type mismatch: kmeans() clusters the groups by their histogram of an integer (e.g. nr, the syscall number), %s is a %s", p.text(a.Arg), t)
+			return errAt(a.Arg, "type mismatch: kmeans() clusters the groups by their histogram of an integer (e.g. nr, the syscall number), %s is %s", p.text(a.Arg), t.a())
 		}
 	}
 	return nil

@@ -49,6 +49,17 @@ func userType(t Type) Type {
 	return t
 }
 
+// userType is how user space sees a group key the probe keeps: a
+// decoder's value (ntop, ksym, usym) is its text.
+func (k *Key) userType() Type {
+	if c, ok := k.Expr.(*Call); ok {
+		if _, dec := decoders[c.Name]; dec {
+			return TString
+		}
+	}
+	return userType(k.Type)
+}
+
 // aggResultType is the type of an aggregate's value.
 func aggResultType(a *Agg) Type {
 	switch a.Kind {
@@ -105,8 +116,9 @@ func (p *Plan) planAfterAggregation() error {
 	var cols []string
 	for _, k := range p.Keys {
 		if k.Bucket == nil {
-			keyOf[exprKey(k.Expr)] = ucol{len(types), userType(k.Type), k.Col}
-			types, cols = append(types, userType(k.Type)), append(cols, k.Col)
+			t := k.userType()
+			keyOf[exprKey(k.Expr)] = ucol{len(types), t, k.Col}
+			types, cols = append(types, t), append(cols, k.Col)
 		}
 	}
 	for _, a := range p.Aggs {
@@ -153,7 +165,7 @@ func (p *Plan) planOutput(table string, keyOf, aggOf map[string]ucol) error {
 			return err
 		}
 		if !isCond(h.t) {
-			return errAt(q.Having, "type mismatch: HAVING needs a condition, %s is a %s", p.text(q.Having), h.t)
+			return errAt(q.Having, "type mismatch: HAVING needs a condition, %s is %s", p.text(q.Having), h.t.a())
 		}
 		u.having = h.fn
 		sql += " WHERE " + h.sql
@@ -211,10 +223,8 @@ func (p *Plan) compileItems(env *uenv, duck *[]*needsDuck) ([]ucode, error) {
 // aliasResolver resolves output columns by name, for HAVING and ORDER BY.
 func (p *Plan) aliasResolver() func(string) (ucol, bool) {
 	return func(name string) (ucol, bool) {
-		for i, c := range p.Columns {
-			if c == name || strings.EqualFold(p.Query.Select[i].Alias, name) {
-				return ucol{i, p.user.outTypes[i], quoteIdent(c)}, true
-			}
+		if i, ok := p.aliasIndex(name); ok {
+			return ucol{i, p.user.outTypes[i], quoteIdent(p.Columns[i])}, true
 		}
 		return ucol{}, false
 	}
@@ -229,7 +239,7 @@ func (p *Plan) compileOrder(env *uenv, sql *string, duck *[]*needsDuck) error {
 		}
 		switch c.t {
 		case TBuckets, TList, TRecord, TBytes:
-			return errAt(o.Expr, "ORDER BY a %s: order by a number or a string", c.t)
+			return errAt(o.Expr, "ORDER BY %s: order by a number or a string", c.t.a())
 		}
 		p.user.order = append(p.user.order, orderTerm{c.fn, o.Desc})
 		s := c.sql
@@ -416,7 +426,7 @@ func (p *Plan) planStream(aggregating bool) error {
 			return err
 		}
 		if !isCond(w.t) {
-			return errAt(joinAnd(rest), "type mismatch: WHERE needs a condition, %s is a %s", p.text(joinAnd(rest)), w.t)
+			return errAt(joinAnd(rest), "type mismatch: WHERE needs a condition, %s is %s", p.text(joinAnd(rest)), w.t.a())
 		}
 		u.where, u.whereNode, whereSQL = w.fn, joinAnd(rest), " WHERE "+w.sql
 	}
@@ -458,7 +468,7 @@ func (p *Plan) planUserAggregation(events *uenv, emitOf map[string]*Emit, whereS
 		}
 		switch c.t {
 		case TBuckets, TList, TRecord:
-			return errAt(g, "GROUP BY a %s", c.t)
+			return errAt(g, "GROUP BY %s", c.t.a())
 		}
 		keyOf[exprKey(g)] = ucol{i, c.t, fmt.Sprintf("k%d", i)}
 		u.keys, u.keyTypes = append(u.keys, c.fn), append(u.keyTypes, c.t)
@@ -492,7 +502,7 @@ func (p *Plan) planUserAggregation(events *uenv, emitOf map[string]*Emit, whereS
 				return nil, err
 			}
 			if wc.t != TInt && wc.t != TAny {
-				return nil, errAt(a.Weight, "type mismatch: a topk weight is an integer, %s is a %s", p.text(a.Weight), wc.t)
+				return nil, errAt(a.Weight, "type mismatch: a topk weight is an integer, %s is %s", p.text(a.Weight), wc.t.a())
 			}
 			weight = wc.fn
 		}
@@ -585,10 +595,10 @@ func (p *Plan) aggOf(c *Call) *Agg {
 	return nil
 }
 
-// aliasIndex finds an output column by its alias.
+// aliasIndex finds an output column by its name or alias.
 func (p *Plan) aliasIndex(name string) (int, bool) {
 	for i, it := range p.Query.Select {
-		if strings.EqualFold(it.Alias, name) {
+		if strings.EqualFold(it.Alias, name) || i < len(p.Columns) && p.Columns[i] == name {
 			return i, true
 		}
 	}
