@@ -25,10 +25,17 @@ import (
 // # comments).
 func readHosts(list, file string) ([]string, error) {
 	var hosts []string
-	for _, h := range strings.Split(list, ",") {
-		if h = strings.TrimSpace(h); h != "" {
+	seen := map[string]bool{}
+	add := func(h string) {
+		// A host listed twice is one agent: merging its partials twice
+		// would count its events twice.
+		if h = strings.TrimSpace(h); h != "" && !seen[h] {
+			seen[h] = true
 			hosts = append(hosts, h)
 		}
+	}
+	for _, h := range strings.Split(list, ",") {
+		add(h)
 	}
 	if file != "" {
 		b, err := os.ReadFile(file)
@@ -36,9 +43,8 @@ func readHosts(list, file string) ([]string, error) {
 			return nil, fmt.Errorf("--hosts-file: %w", err)
 		}
 		for _, l := range strings.Split(string(b), "\n") {
-			if l, _, _ = strings.Cut(l, "#"); strings.TrimSpace(l) != "" {
-				hosts = append(hosts, strings.TrimSpace(l))
-			}
+			l, _, _ = strings.Cut(l, "#")
+			add(l)
 		}
 	}
 	return hosts, nil
@@ -131,7 +137,7 @@ func traceFanOut(ctx context.Context, hosts []string, token string, plan *traceq
 			}
 			out.hosts = report
 			out.fanout = &fanoutTimes{ArrivalLagMs: lag.Seconds() * 1000, MergeMs: time.Since(began).Seconds() * 1000}
-			if err := out.write(start, end, res, nil, plan.HistCols); err != nil {
+			if err := out.write(start, end, res, nil); err != nil {
 				return err
 			}
 		}
