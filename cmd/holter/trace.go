@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,10 @@ import (
 func runTrace(args []string, stdout, stderr io.Writer) error {
 	tm := newStartTiming(stderr)
 	tm.phase("main")
+	// A per-event query makes garbage at the rate of its events: collect
+	// it before the heap doubles, so the process stays small (a soft
+	// limit: a query that needs more still gets it).
+	debug.SetMemoryLimit(32 << 20)
 	fs := newFlags("trace", stderr)
 	af := addAgentFlags(fs)
 	interval := fs.Duration("interval", time.Second, "print results every interval")

@@ -176,6 +176,7 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 		case <-ctx.Done():
 		case <-s.Done():
 		}
+		s.Detach()
 		iv, err := flush(context.WithoutCancel(ctx))
 		if err != nil {
 			return err

@@ -150,6 +150,24 @@ func startPhased(p *Plan, phase func(string), onRow func([]any) error) (*Session
 	return s, nil
 }
 
+// Detach stops the probes and lets the session take in all they sent:
+// what the ring buffer holds when the last probe detaches is read (and
+// rows handed over) before Detach returns, so the last interval misses
+// nothing.
+func (s *Session) Detach() {
+	for _, l := range s.links {
+		l.Close()
+	}
+	s.links = nil
+	for _, fd := range s.perfFDs {
+		unix.Close(fd)
+	}
+	s.perfFDs = nil
+	if s.ring != nil && s.ring.Flush() == nil {
+		s.wg.Wait()
+	}
+}
+
 // Close detaches and frees everything.
 func (s *Session) Close() {
 	for _, l := range s.links {
