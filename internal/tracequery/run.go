@@ -250,7 +250,15 @@ func (s *Session) readCounters(iv *Interval) {
 			for it.Next(&k, &v) {
 				present++
 			}
-			if put, taken := now[CounterPairPut], now[CounterPairTaken]; put > taken+present {
+			var put, taken uint64
+			var perCPU [][]byte
+			if err := s.coll.Maps["pairs"].Lookup(uint32(0), &perCPU); err == nil {
+				for _, c := range perCPU {
+					put += binary.LittleEndian.Uint64(c[8*pairPut:])
+					taken += binary.LittleEndian.Uint64(c[8*pairTaken:])
+				}
+			}
+			if put > taken+present {
 				if ev := put - taken - present; ev > s.evicted {
 					iv.Counters["evicted"] = ev - s.evicted
 					s.evicted = ev
