@@ -749,19 +749,24 @@ func (c *Catalog) List(pattern string) ([]Listing, error) {
 		}
 	}
 	if kind, rest, ok := strings.Cut(pattern, "."); ok && (kind == "uprobe" || kind == "uretprobe") {
-		ref := mustRef(pattern)
-		if len(ref.Parts) != 3 {
+		binary, glob, ok := strings.Cut(rest, ".")
+		if strings.HasPrefix(rest, `"`) {
+			if end := strings.Index(rest[1:], `".`); end >= 0 {
+				binary, glob, ok = rest[1:end+1], rest[end+3:], true
+			}
+		}
+		if !ok || binary == "" || glob == "" {
 			return nil, fmt.Errorf("list a binary's functions with %s.BINARY.PATTERN, e.g. %s.libc.mall*", kind, kind)
 		}
 		pid := 0
 		if c != nil {
 			pid = c.PID
 		}
-		path, err := resolveBinary(ref.Parts[1], pid)
+		path, err := resolveBinary(binary, pid)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", rest, err)
+			return nil, fmt.Errorf("%s: %w", binary, err)
 		}
-		fns, err := functions(path, ref.Parts[2])
+		fns, err := functions(path, glob)
 		if err != nil {
 			return nil, fmt.Errorf("functions of %s: %w", path, err)
 		}

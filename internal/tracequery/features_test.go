@@ -453,3 +453,22 @@ func TestSlidingWindow(t *testing.T) {
 		t.Errorf("windows %v", got)
 	}
 }
+
+// TestListFunctions lists a library's functions by a wildcard, found by
+// the library's name, and a binary's by its path.
+func TestListFunctions(t *testing.T) {
+	ls, err := (&Catalog{}).List("uprobe.libc.getppi*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || !strings.HasSuffix(ls[0].Source, ".getppid") || !strings.Contains(ls[0].Source, "libc.so") || len(ls[0].Fields) == 0 {
+		t.Errorf("uprobe.libc.getppi*: %+v", ls)
+	}
+	ls, err = (&Catalog{}).List(`uretprobe."/bin/bash".readlin*`)
+	if err != nil || len(ls) == 0 || ls[0].Source != `uretprobe."/bin/bash".readline` {
+		t.Errorf(`uretprobe."/bin/bash".readlin*: %+v %v`, ls, err)
+	}
+	if _, err := (&Catalog{}).List("uprobe.nosuchlibrary.x*"); err == nil || !strings.Contains(err.Error(), "no library nosuchlibrary") {
+		t.Errorf("unknown library: %v", err)
+	}
+}
