@@ -1,6 +1,10 @@
 package tracequery
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -19,5 +23,19 @@ func TestSyscallNames(t *testing.T) {
 	}
 	if got := syscallName(100000); got != "syscall_100000" {
 		t.Errorf("unknown syscall: %q", got)
+	}
+}
+
+// TestSyscallTableGenerated regenerates the table from the x/sys in
+// go.mod: the committed one must be what it gives (go generate).
+func TestSyscallTableGenerated(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "table.go")
+	if b, err := exec.Command("go", "run", "./internal/gensyscalls", out).CombinedOutput(); err != nil {
+		t.Fatalf("go run ./internal/gensyscalls: %v\n%s", err, b)
+	}
+	want, _ := os.ReadFile(out)
+	got, _ := os.ReadFile("syscalltable.go")
+	if !bytes.Equal(got, want) {
+		t.Error("syscalltable.go is stale: run go generate ./internal/tracequery/ and commit it")
 	}
 }

@@ -1,7 +1,8 @@
-// Command gensyscalls writes syscalltable.go: the x86-64 system call
-// names by number, read from golang.org/x/sys's table of the kernel's
-// (unix.SYS_* in zsysnum_linux_amd64.go), so that holter trace names
-// syscall.any's nr without a table of its own to keep up.
+// Command gensyscalls writes syscalltable.go (or the file its argument
+// names): the x86-64 system call names by number, read from
+// golang.org/x/sys's table of the kernel's (unix.SYS_* in
+// zsysnum_linux_amd64.go), so that holter trace names syscall.any's nr
+// without a table of its own to keep up.
 package main
 
 import (
@@ -48,7 +49,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile("syscalltable.go", out, 0o644); err != nil {
+	path := "syscalltable.go"
+	if len(os.Args) > 1 {
+		path = os.Args[1]
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
 		log.Fatal(err)
 	}
 }
