@@ -131,6 +131,24 @@ func jsonCount(t *testing.T, out []byte) (n int64, counters map[string]int64) {
 	return n, counters
 }
 
+// startAttached starts holter trace --local --verbose ARGS, its output to
+// stdout, and returns once it says its probes are attached.
+func startAttached(t *testing.T, bin string, stdout io.Writer, args ...string) *exec.Cmd {
+	t.Helper()
+	tr := exec.Command(bin, append([]string{"trace", "--local", "--verbose"}, args...)...)
+	tr.Stdout = stdout
+	stderr, _ := tr.StderrPipe()
+	if err := tr.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Process.Kill() })
+	if line, _ := bufio.NewReader(stderr).ReadString('\n'); !strings.Contains(line, "probes attached") {
+		t.Fatalf("holter trace %v: %q", args, line)
+	}
+	go io.Copy(io.Discard, stderr)
+	return tr
+}
+
 // TestTraceCommandAndProcess traces one command (-c) and one process (-p)
 // while another process makes the same calls: each counts its own calls
 // exactly and ends when its process does.
@@ -159,19 +177,8 @@ func TestTraceCommandAndProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { w.Process.Kill(); w.Wait() }()
-	tr := exec.Command(bin, "trace", "--local", "--json", "--verbose", "--interval", "10s", "-p", fmt.Sprint(w.Process.Pid),
-		"SELECT count() AS n FROM syscall.getppid")
 	var trOut bytes.Buffer
-	tr.Stdout = &trOut
-	stderr, _ := tr.StderrPipe()
-	if err := tr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(stderr).ReadString('\n')
-	if !strings.Contains(line, "probes attached") {
-		t.Fatalf("holter trace -p: %q", line)
-	}
-	go io.Copy(io.Discard, stderr)
+	tr := startAttached(t, bin, &trOut, "--json", "--interval", "10s", "-p", fmt.Sprint(w.Process.Pid), "SELECT count() AS n FROM syscall.getppid")
 	os.WriteFile(gate2, nil, 0o644)
 	w.Wait()
 	done := make(chan error, 1)
@@ -205,17 +212,9 @@ func TestPerEventMemoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { w.Process.Kill(); w.Wait() }()
-	tr := exec.Command(bin, "trace", "--local", "--json", "--verbose", "--interval", "500ms", "-p", fmt.Sprint(w.Process.Pid),
-		"SELECT time, tid, comm FROM syscall.getppid")
-	stdout, _ := tr.StdoutPipe()
-	stderr, _ := tr.StderrPipe()
-	if err := tr.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(stderr).ReadString('\n'); !strings.Contains(line, "probes attached") {
-		t.Fatalf("holter trace: %q", line)
-	}
-	go io.Copy(io.Discard, stderr)
+	stdout, out := io.Pipe()
+	tr := startAttached(t, bin, out, "--json", "--interval", "500ms", "-p", fmt.Sprint(w.Process.Pid), "SELECT time, tid, comm FROM syscall.getppid")
+	go func() { tr.Wait(); out.Close() }()
 	os.WriteFile(gate, nil, 0o644)
 	var rows, lost int64
 	sc := bufio.NewScanner(stdout)
@@ -233,8 +232,8 @@ func TestPerEventMemoryBounded(t *testing.T) {
 		}
 	}
 	w.Wait()
-	if err := tr.Wait(); err != nil {
-		t.Fatal(err)
+	if !tr.ProcessState.Success() {
+		t.Fatal(tr.ProcessState)
 	}
 	rss := tr.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
 	t.Logf("%d calls: %d rows, %d lost; holter peak RSS %d MB", n, rows, lost, rss)

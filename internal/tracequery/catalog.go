@@ -725,6 +725,7 @@ func (c *Catalog) List(pattern string) ([]Listing, error) {
 	add(`uprobe."PATH".SYMBOL`, "user function entry, return and latency (arg0..arg5, ret, latency)")
 	add(`usdt."PATH".PROVIDER.NAME`, "static marker in a program's ELF notes (arg0..argN); holter trace --list 'usdt.\"PATH\"' lists a file's")
 	add("kprobe.FUNCTION / kfunc.FUNCTION", "kernel function entry/return, where the kernel allows it")
+	add("tp_btf.EVENT / rawtracepoint.EVENT", "a tracepoint's arguments with their kernel types, by path (args.prev.comm)")
 	add("syscall.any", "every system call (nr, arg0..arg5, ret, latency)")
 	groups, err := os.ReadDir(filepath.Join(c.tracefs(), "events"))
 	if err != nil {

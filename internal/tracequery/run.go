@@ -155,21 +155,13 @@ func startPhased(p *Plan, phase func(string), onRow func([]any) error) (*Session
 // rows handed over) before Detach returns, so the last interval misses
 // nothing.
 func (s *Session) Detach() {
-	for _, l := range s.links {
-		l.Close()
-	}
-	s.links = nil
-	for _, fd := range s.perfFDs {
-		unix.Close(fd)
-	}
-	s.perfFDs = nil
+	s.detachProbes()
 	if s.ring != nil && s.ring.Flush() == nil {
 		s.wg.Wait()
 	}
 }
 
-// Close detaches and frees everything.
-func (s *Session) Close() {
+func (s *Session) detachProbes() {
 	for _, l := range s.links {
 		l.Close()
 	}
@@ -178,6 +170,11 @@ func (s *Session) Close() {
 		unix.Close(fd)
 	}
 	s.perfFDs = nil
+}
+
+// Close detaches and frees everything.
+func (s *Session) Close() {
+	s.detachProbes()
 	if s.ring != nil {
 		s.ring.Close()
 		s.wg.Wait()
