@@ -177,3 +177,68 @@ func TestMergeStreamPartials(t *testing.T) {
 		t.Errorf("columns %v", res.Columns)
 	}
 }
+
+// TestMergeTopKAndKMeans merges two hosts' topk summaries and kmeans
+// histograms through JSON: the topk of the merge is the merge of the
+// summaries, and kmeans clusters the groups of both hosts together, as
+// over one host's groups with the same histograms.
+func TestMergeTopKAndKMeans(t *testing.T) {
+	p, err := Compile("SELECT fd, topk(count, 3) AS top, kmeans(count, 2) AS c FROM syscall.read GROUP BY fd ORDER BY fd", fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []map[int64][]int64{
+		{3: {1, 1, 1, 2, 2, 7, 9, 9, 9, 9}, 4: {1, 1, 1, 1, 2}},
+		{3: {9, 9, 5, 5, 5, 1}, 5: {100, 100, 100, 101}, 6: {1, 1, 2, 1}},
+	}
+	fill := func(vs []int64) *group {
+		g := newGroup(len(p.Aggs))
+		for _, v := range vs {
+			g.count++
+			for i, a := range p.Aggs {
+				g.add(a, i, v, 1)
+			}
+		}
+		return g
+	}
+	var parts []*store.Result
+	union := map[int64]*group{}
+	for _, h := range hosts {
+		cols, types := partialColumns(p)
+		res := &store.Result{Columns: cols, Types: types}
+		for fd, vs := range h {
+			g := fill(vs)
+			res.Rows = append(res.Rows, []any{fd, stateOf(p.Aggs[0], g, 0), stateOf(p.Aggs[1], g, 1)})
+			if u, ok := union[fd]; ok {
+				u.top[0].merge(g.top[0])
+				for v, c := range g.hist[1] {
+					u.hist[1][v] += c
+				}
+			} else {
+				union[fd] = g
+			}
+		}
+		parts = append(parts, viaJSON(t, res))
+	}
+	m := NewMerger(p)
+	defer m.Close()
+	got, err := m.Merge(context.Background(), parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gs []*group
+	for _, fd := range []int64{3, 4, 5, 6} {
+		gs = append(gs, union[fd])
+	}
+	clusterGroups(p.Aggs[1], 1, gs)
+	for i, r := range got.Rows {
+		g := gs[i]
+		if fmt.Sprint(r[1]) != fmt.Sprint(g.top[0].result()) || fmt.Sprint(r[2]) != fmt.Sprint(g.result[1]) {
+			t.Errorf("fd %v: merged %v %v, over the union %v %v", r[0], r[1], r[2], g.top[0].result(), g.result[1])
+		}
+	}
+	// fd 5 (values near 100) is the odd group.
+	if c := got.Rows[2][2].(map[string]any); c["members"] != int64(1) || c["cluster"] != int64(1) {
+		t.Errorf("fd 5: %v, want alone in cluster 1", c)
+	}
+}
