@@ -147,11 +147,13 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 			if *window > 0 {
 				req.Window = window.String()
 			}
-			if proc != nil {
-				// The agent attaches; the command waits until it says so.
-				proc.release()
+			attached := func() {
+				if proc != nil {
+					// The command waits until the agent's probes are attached.
+					proc.release()
+				}
 			}
-			return traceViaAgent(ctx, c, req, out)
+			return traceViaAgent(ctx, c, req, out, attached)
 		}
 	}
 	if _, err := tracequery.EnsureTraceFS(); err != nil {
@@ -342,12 +344,14 @@ func isTerminal(w io.Writer) bool {
 }
 
 // traceViaAgent runs the query in the recorder and prints its stream.
-func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out *traceOutput) error {
+func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out *traceOutput, attached func()) error {
 	var columns []string
 	err := c.trace(ctx, req, func(line *server.TraceLine) error {
 		switch {
 		case line.Error != "":
 			return apiError{line.Error}
+		case line.Attached:
+			attached()
 		case line.Explain != "":
 			_, err := io.WriteString(out.w, line.Explain)
 			return err

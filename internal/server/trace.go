@@ -33,6 +33,7 @@ type TraceRequest struct {
 // or an error; for a per-event query, its columns once, then each row as it
 // comes, and intervals with their counters alone.
 type TraceLine struct {
+	Attached bool              `json:"attached,omitempty"` // the probes are attached (the first line of a run)
 	Columns  []string          `json:"columns,omitempty"`
 	Row      []any             `json:"row,omitempty"`
 	Start    *time.Time        `json:"start,omitempty"`
@@ -118,8 +119,17 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 			return
 		}
 		var mu sync.Mutex // rows come from the probes' reader, intervals from the run
-		if plan.PerEvent && saver == nil && !req.Partials && ro.Window == 0 {
-			enc.Encode(TraceLine{Columns: plan.Columns})
+		perEvent := plan.PerEvent && saver == nil && !req.Partials && ro.Window == 0
+		ro.Attached = func() {
+			mu.Lock()
+			defer mu.Unlock()
+			enc.Encode(TraceLine{Attached: true})
+			if perEvent {
+				enc.Encode(TraceLine{Columns: plan.Columns})
+			}
+			flush()
+		}
+		if perEvent {
 			ro.Row = func(row []any) error {
 				mu.Lock()
 				defer mu.Unlock()
