@@ -44,6 +44,7 @@ func TestCompileGolden(t *testing.T) {
 		{"kmeans", "SELECT comm, kmeans(nr, 3) AS cluster FROM syscall.any GROUP BY comm"},
 		{"per_event", "SELECT time, comm, str(filename) AS file, ret FROM syscall.openat WHERE ret < 0"},
 		{"user_space_case", "SELECT comm, CASE WHEN lower(comm) LIKE 'ba%' THEN 'shell' ELSE 'other' END AS kind, count() FROM syscall.read GROUP BY comm, kind HAVING count() > 1 ORDER BY 3 DESC"},
+		{"user_space_duck_having", "SELECT lower(comm) AS c, count() AS n FROM syscall.read GROUP BY c HAVING md5(c) <> ''"},
 		{"tp_btf", "SELECT args.prev.comm AS prev, args.next.comm AS next, count() FROM tp_btf.sched_switch WHERE prev_state = 0 GROUP BY prev, next"},
 		{"kfunc", "SELECT args.file.f_inode.i_ino AS inode, sum(count) FROM kfunc.vfs_read GROUP BY inode"},
 	}

@@ -513,37 +513,32 @@ func (p *Plan) planUserAggregation(events *uenv, emitOf map[string]*Emit, whereS
 	if err != nil {
 		return err
 	}
+	// The evaluator's groups are its own input table: keys, then aggregates.
+	eventTypes, eventCols := u.inTypes, u.inCols
 	aggOf := map[string]ucol{}
+	groupTypes := append([]Type(nil), u.keyTypes...)
+	var groupCols []string
+	for i := range q.GroupBy {
+		groupCols = append(groupCols, fmt.Sprintf("k%d", i))
+	}
 	for i, a := range p.Aggs {
 		t := aggResultType(a)
 		aggOf[exprKey(a.Call)] = ucol{len(q.GroupBy) + i, t, a.Col}
-		u.inTypes = append(u.inTypes, t)
+		groupTypes, groupCols = append(groupTypes, t), append(groupCols, a.Col)
 	}
 	if len(duck) == 0 {
-		// The evaluator aggregates: the output runs over its groups.
-		keep := u.where
-		u.inTypes = append(append([]Type(nil), u.keyTypes...), u.inTypes[len(u.inTypes)-len(p.Aggs):]...)
-		u.inCols = nil
-		for i := range q.GroupBy {
-			u.inCols = append(u.inCols, fmt.Sprintf("k%d", i))
-		}
-		for _, a := range p.Aggs {
-			u.inCols = append(u.inCols, a.Col)
-		}
+		u.inTypes, u.inCols = groupTypes, groupCols
 		u.items, u.outTypes, u.order = nil, nil, nil
 		if err := p.planOutput("partials", keyOf, aggOf); err != nil {
 			return err
 		}
-		u.where = keep
-		u.aggregate = true
 		if u.duck == "" {
 			return nil
 		}
 		duck = append(duck, &needsDuck{nil, u.duck})
 	}
 	// DuckDB aggregates the events: one statement over them.
-	u.inTypes = u.inTypes[:len(p.Emits)]
-	u.inCols = u.inCols[:len(p.Emits)]
+	u.inTypes, u.inCols = eventTypes, eventCols
 	u.items, u.outTypes, u.order, u.having = nil, nil, nil, nil
 	env := &uenv{p: p, unknown: events.unknown}
 	env.col = func(n Node) (ucol, bool) {
