@@ -10,7 +10,7 @@ setup:
 build: setup
 	go build -o bin/holter ./cmd/holter
 
-# Records the whole system into $(DATA), API on 127.0.0.1:7070. Needs root.
+# Records the whole system into $(DATA), UI on 127.0.0.1:7070 (it prints the login URL). Needs root.
 run: build
 	./bin/holter record --data $(DATA) $(ARGS)
 

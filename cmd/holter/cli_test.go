@@ -186,7 +186,12 @@ func queryJSON(t *testing.T, bin, dir, q string) []map[string]any {
 
 func runHolter(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return runCmd(t, exec.Command(bin, args...))
+}
+
+// runCmd runs a prepared holter command and gives its output and exit status.
+func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

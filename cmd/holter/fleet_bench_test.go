@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -17,7 +18,8 @@ import (
 // wait from an agent's interval end to its partial's arrival, plus the
 // merge), and the coordinator's CPU time.
 func fanOutRun(b *testing.B, bin string, hosts []string, query string) (lat []time.Duration, cpu time.Duration) {
-	cmd := exec.Command(bin, "trace", "--hosts", strings.Join(hosts, ","), "--token", fleetToken, "--for", "8s", "--json", query)
+	cmd := exec.Command(bin, "trace", "--hosts", strings.Join(hosts, ","), "--for", "8s", "--json", query)
+	cmd.Env = append(os.Environ(), "HOLTER_TOKEN="+fleetToken)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

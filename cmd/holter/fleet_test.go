@@ -17,12 +17,25 @@ import (
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
-const fleetToken = "fleet-token"
+// fleetToken is the agents' API token, given them in a file
+// (fleetTokenFile) and to the fan-out in $HOLTER_TOKEN.
+const fleetToken = "fleet-token-0123456789"
+
+// fleetTokenFile writes fleetToken to a file for --token-file.
+func fleetTokenFile(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(fleetToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // fleetAgent is a recorder running as its own "host" in a network
 // namespace, exporting to ClickHouse.
 type fleetAgent struct {
 	name, data, api string
+	token           string // the API's
 	ns              *testutil.Netns
 	rec             *recording
 	workload        *exec.Cmd
@@ -30,9 +43,9 @@ type fleetAgent struct {
 
 func startFleetAgent(t testing.TB, bin string, ns *testutil.Netns, name, chURL string) *fleetAgent {
 	t.Helper()
-	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", ns: ns}
+	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", token: fleetToken, ns: ns}
 	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
-		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token", fleetToken}
+		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token-file", fleetTokenFile(t)}
 	if chURL != "" {
 		args = append(args, "--export", chURL, "--export-user", testutil.ClickHouseUser, "--export-password", testutil.ClickHousePassword,
 			"--export-db", "fleet", "--export-rate", "50MB")
@@ -63,7 +76,7 @@ func (a *fleetAgent) stop() {
 // status asks the agent's API (from the root namespace, with the token).
 func (a *fleetAgent) status(t *testing.T) *agentStatus {
 	t.Helper()
-	c := newClient(a.api, fleetToken)
+	c := newClient(a.api, a.token)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := c.status(ctx)
@@ -200,7 +213,8 @@ func stderrOf(err error) string {
 	return ""
 }
 
-// loopbackAgent reads the address of the recorder recording into dir.
+// loopbackAgent reads the address of the recorder recording into dir,
+// and the token it keeps there.
 func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
 	t.Helper()
 	select {
@@ -210,7 +224,7 @@ func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
 	}
 	for i := 0; i < 100; i++ {
 		if info, ok := readAgentInfo(dir); ok {
-			return &fleetAgent{name: name, data: dir, api: info.API, rec: r}
+			return &fleetAgent{name: name, data: dir, api: info.API, token: dirToken(dir), rec: r}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -387,7 +401,8 @@ func TestFleetTrace(t *testing.T) {
 	// workload runs; two intervals later one agent is killed.
 	fleetUp := make(chan struct{})
 	both := 0
-	fleet := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--token", fleetToken, "--for", "12s", "--json", query)
+	fleet := exec.Command(bin, "trace", "--hosts", a.api+","+b.api, "--for", "12s", "--json", query)
+	fleet.Env = append(os.Environ(), "HOLTER_TOKEN="+fleetToken)
 	fleetDone, stderr := traceLines(fleet, func(n int, l traceLine) {
 		switch {
 		case both == 0 && l.Hosts[a.api] == "ok" && l.Hosts[b.api] == "ok":

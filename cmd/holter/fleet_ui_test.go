@@ -14,8 +14,9 @@ import (
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
-// serveUI starts `holter ui ARGS --api 127.0.0.1:0` and returns its URL.
-func serveUI(t *testing.T, bin string, args ...string) string {
+// serveUI starts `holter ui ARGS --api 127.0.0.1:0` and returns its URL
+// and token.
+func serveUI(t *testing.T, bin string, args ...string) uiSession {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"ui", "--api", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
@@ -32,15 +33,15 @@ func serveUI(t *testing.T, bin string, args ...string) string {
 	if err != nil {
 		t.Fatalf("holter ui %v printed nothing: %v\n%s", args, err, stderr.String())
 	}
-	_, addr, _ := strings.Cut(strings.TrimSpace(line), " on ")
-	return addr
+	_, login, _ := strings.Cut(strings.TrimSpace(line), " on ")
+	return sessionOf(t, login)
 }
 
 // apiGet fetches an API answer as generic JSON; it must succeed.
-func apiGet(t *testing.T, base, path string, q url.Values) any {
+func apiGet(t *testing.T, s uiSession, path string, q url.Values) any {
 	t.Helper()
 	var v any
-	apiDecode(t, base+path+"?"+q.Encode(), &v)
+	apiDecode(t, s, path+"?"+q.Encode(), &v)
 	return v
 }
 
@@ -137,7 +138,7 @@ func TestFleetUI(t *testing.T) {
 
 	// The browser: the host selector and the overlay of both hosts.
 	requireBrowser(t)
-	runBrowserTests(t, "test/fleet.test.mjs", "ui-fleet", "HOLTER_URL="+fleet+"/", "HOLTER_HOSTS=ui-a,ui-b")
+	runBrowserTests(t, "test/fleet.test.mjs", "ui-fleet", "HOLTER_URL="+fleet.loginURL, "HOLTER_HOSTS=ui-a,ui-b")
 }
 
 func remarshalJSON(t *testing.T, v, out any) {

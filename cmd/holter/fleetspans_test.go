@@ -252,7 +252,7 @@ func TestFleetSpans(t *testing.T) {
 			Accounted bool     `json:"accounted"`
 		} `json:"traces"`
 	}
-	apiDecode(t, ui+"/api/traces", &list)
+	apiDecode(t, ui, "/api/traces", &list)
 	listed := false
 	for _, tr := range list.Traces {
 		if tr.TraceID == trace {
@@ -264,32 +264,32 @@ func TestFleetSpans(t *testing.T) {
 		t.Errorf("fleet /api/traces: want the request (front GET /item, 3 spans on span-a and span-b, accounted as its path) and the batch: %+v", list)
 	}
 	var viaAPI requests.Path
-	apiDecode(t, ui+"/api/traces/"+trace+"/path", &viaAPI)
+	apiDecode(t, ui, "/api/traces/"+trace+"/path", &viaAPI)
 	fleet.BuildNs, viaAPI.BuildNs = 0, 0
 	if a, b := fmt.Sprintf("%+v", pathSpans(fleet)), fmt.Sprintf("%+v", pathSpans(&viaAPI)); a != b ||
 		!reflect.DeepEqual(fleet.Own, viaAPI.Own) || !reflect.DeepEqual(fleet.Total, viaAPI.Total) || len(viaAPI.Coalesced) != 1 {
 		t.Errorf("fleet /api/traces/{id}/path differs from trace-path --source:\n%s\n%s", a, b)
 	}
 	var viaAPIGraph requests.Graph
-	apiDecode(t, ui+"/api/latency-graph?"+url.Values{"service": {"front"}, "operation": {"GET /item"}}.Encode(), &viaAPIGraph)
+	apiDecode(t, ui, "/api/latency-graph?"+url.Values{"service": {"front"}, "operation": {"GET /item"}}.Encode(), &viaAPIGraph)
 	if !reflect.DeepEqual(g, viaAPIGraph) {
 		t.Errorf("fleet /api/latency-graph differs from latency-graph --source:\n%+v\n%+v", viaAPIGraph, g)
 	}
 	// The Request traces tab draws it (ui/test/fleetpaths.test.mjs).
 	requireBrowser(t)
-	runBrowserTests(t, "test/fleetpaths.test.mjs", "ui-fleet-paths", "HOLTER_URL="+ui+"/", "HOLTER_TRACE_ID="+trace,
+	runBrowserTests(t, "test/fleetpaths.test.mjs", "ui-fleet-paths", "HOLTER_URL="+ui.loginURL, "HOLTER_TRACE_ID="+trace,
 		"HOLTER_HOSTS=span-a,span-b")
 }
 
-// apiDecode fetches an API answer into out, integers exact; it must
+// apiDecode fetches an API answer of s into out, integers exact; it must
 // succeed.
-func apiDecode(t *testing.T, url string, out any) {
+func apiDecode(t *testing.T, s uiSession, path string, out any) {
 	t.Helper()
-	code, b := testutil.HTTPGet(t, url)
+	code, b := s.get(t, path)
 	if code != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, code, b)
+		t.Fatalf("GET %s: %d %s", path, code, b)
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatalf("GET %s: %v: %s", url, err, b)
+		t.Fatalf("GET %s: %v: %s", path, err, b)
 	}
 }

@@ -30,6 +30,7 @@ func commands() []command {
 	return []command{
 		{"record", "record the vital signs into the store and serve the API", runRecord},
 		{"ui", "serve the web UI over a stored recording, or over the fleet in ClickHouse (--source)", runUI},
+		{"ui-url", "print the login URL of the running recorder's web UI", runUIURL},
 		{"query", "answer SQL over the store", runQuery},
 		{"trace", "run a live tracing query compiled into eBPF probes", runTrace},
 		{"status", "say what is recorded, what is unsupported and why", runStatus},

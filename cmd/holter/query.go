@@ -18,8 +18,12 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("query", stderr)
 	af := addAgentFlags(fs)
 	format := fs.String("format", "table", "output: table, csv or json")
+	timeout := addQueryTimeout(fs)
 	sf := addSourceFlags(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkQueryTimeout(*timeout); err != nil {
 		return err
 	}
 	q := strings.TrimSpace(strings.Join(fs.Args(), " "))
@@ -46,7 +50,7 @@ func runQuery(args []string, stdout, stderr io.Writer) error {
 		// anything that writes.
 		res, err = ch.QueryReadOnly(context.Background(), q)
 	} else {
-		res, err = answer(af, q)
+		res, err = answer(af, q, *timeout)
 	}
 	if err != nil {
 		return err
@@ -85,9 +89,11 @@ func (f sourceFlags) client() (*clickhouse.Client, bool, error) {
 	return ch, true, nil
 }
 
-// answer asks the running recorder if there is one, else opens the store.
-func answer(af agentFlags, q string) (*store.Result, error) {
-	ctx := context.Background()
+// answer asks the running recorder if there is one, else opens the store;
+// the query may take timeout (the recorder's own limit may be shorter).
+func answer(af agentFlags, q string, timeout time.Duration) (*store.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	if c, ok := af.agent(); ok {
 		return c.query(ctx, q)
 	}
@@ -95,7 +101,7 @@ func answer(af agentFlags, q string) (*store.Result, error) {
 		return nil, fmt.Errorf("no recorder answers at %s", *af.api)
 	}
 	dir := *af.data
-	st, err := store.Open(dir, &store.Options{ReadOnly: true})
+	st, err := store.Open(dir, &store.Options{ReadOnly: true, QueryTimeout: timeout})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return nil, fmt.Errorf("the store in %s is held by a recorder whose API does not answer: %w", dir, err)
@@ -104,4 +110,16 @@ func answer(af agentFlags, q string) (*store.Result, error) {
 	}
 	defer st.Close()
 	return st.Query(ctx, q)
+}
+
+// addQueryTimeout adds --query-timeout, the time one SQL query may take.
+func addQueryTimeout(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("query-timeout", store.DefaultQueryTimeout, "time one SQL query may take before it is stopped")
+}
+
+func checkQueryTimeout(d time.Duration) error {
+	if d <= 0 {
+		return usagef("--query-timeout %v: give a positive duration, e.g. 30s", d)
+	}
+	return nil
 }

@@ -34,8 +34,8 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
 	schedMin := fs.Duration("sched-min", recorder.DefaultSchedMin, "scheduling delay that counts as an event")
 	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
-	api := fs.String("api", "127.0.0.1:7070", "address of the web UI and its API (empty: neither)")
-	token := fs.String("token", "", "API token; required for a non-loopback address")
+	sf := addServeFlags(fs, "address of the web UI and its API (empty: neither; the CLI uses the socket in --data)")
+	queryTimeout := addQueryTimeout(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
@@ -49,6 +49,12 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	exportSpool := fs.String("export-spool", "256MB", "size limit of the on-disk spool of unshipped batches; beyond it the oldest are dropped and counted")
 	exportRate := fs.String("export-rate", "2MB", "bytes per second shipping may use")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := sf.check(); err != nil {
+		return err
+	}
+	if err := checkSockets(*data); err != nil {
 		return err
 	}
 	// Catch the signals before the long set-up: an interrupt while programs
@@ -118,6 +124,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if *epoch < recorder.MinEpoch {
 		return usagef("epoch %v is shorter than the minimum %v", *epoch, recorder.MinEpoch)
 	}
+	if err := checkQueryTimeout(*queryTimeout); err != nil {
+		return err
+	}
 	if err := recorder.CheckPrivileges(); err != nil {
 		return err
 	}
@@ -128,7 +137,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
 		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
 	}
-	st, err := store.Open(*data, nil)
+	// What the recorder makes in the data directory is not for others:
+	// the groups of the socket reach what is theirs (access.ShareDir).
+	syscall.Umask(0o027)
+	st, err := store.Open(*data, &store.Options{QueryTimeout: *queryTimeout})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("another process is already recording into %s: %w", *data, err)
@@ -138,6 +150,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	defer st.Close()
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	srvOpts, err := sf.options(*data, logf)
+	if err != nil {
+		return err
+	}
+	if srvOpts.Sockets, err = sf.sockets(*data); err != nil {
+		return err
 	}
 	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz, Budget: budgetFrac,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
@@ -184,50 +203,53 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		logf("exporting to %s (database %s), spool in %s", exportOpts.Client.URL(), exportOpts.Client.Database(), exportOpts.SpoolDir)
 	}
 
-	if *api != "" {
-		setVital := func(name string, on bool) error {
-			vs, err := recorder.ParseVitals(name)
-			if err != nil {
-				return err
-			}
-			for _, v := range vs {
-				if err := rec.SetEnabled(v, on); err != nil {
-					return fmt.Errorf("%s: %w", v, err)
-				}
-				logf("%s %s", v, map[bool]string{true: "enabled", false: "disabled"}[on])
-			}
-			return nil
-		}
-		metrics := func(w io.Writer) {
-			if t := tracingNow.Load(); t != nil {
-				if s := t.status(); s != nil {
-					s.writeMetrics(w)
-				}
-			}
-		}
-		srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: st, Status: status, Metrics: metrics, SetVital: setVital, AddRun: func(ctx context.Context, r store.Run) error {
-			// A run happened on the host this recorder records: its
-			// metrics are that host's samples over the run's range.
-			if r.Host == "" {
-				r.Host = cfg.Host
-			}
-			return st.AddRun(ctx, r)
-		}, Boost: func(pid uint32, on bool) error {
-			if on {
-				return rec.Boost(pid)
-			}
-			return rec.Unboost(pid)
-		}})
+	setVital := func(name string, on bool) error {
+		vs, err := recorder.ParseVitals(name)
 		if err != nil {
 			return err
 		}
-		go srv.Serve()
-		defer srv.Shutdown(context.Background())
-		if err := writeAgentInfo(*data, agentInfo{Pid: os.Getpid(), API: srv.Addr(), Token: *token}); err != nil {
-			return err
+		for _, v := range vs {
+			if err := rec.SetEnabled(v, on); err != nil {
+				return fmt.Errorf("%s: %w", v, err)
+			}
+			logf("%s %s", v, map[bool]string{true: "enabled", false: "disabled"}[on])
 		}
-		defer os.Remove(filepath.Join(*data, agentFile))
-		logf("UI and API on http://%s", srv.Addr())
+		return nil
+	}
+	srvOpts.Store, srvOpts.Status, srvOpts.SetVital = st, status, setVital
+	srvOpts.Metrics = func(w io.Writer) {
+		if t := tracingNow.Load(); t != nil {
+			if s := t.status(); s != nil {
+				s.writeMetrics(w)
+			}
+		}
+	}
+	srvOpts.AddRun = func(ctx context.Context, r store.Run) error {
+		// A run happened on the host this recorder records: its
+		// metrics are that host's samples over the run's range.
+		if r.Host == "" {
+			r.Host = cfg.Host
+		}
+		return st.AddRun(ctx, r)
+	}
+	srvOpts.Boost = func(pid uint32, on bool) error {
+		if on {
+			return rec.Boost(pid)
+		}
+		return rec.Unboost(pid)
+	}
+	srv, err := server.Listen(srvOpts)
+	if err != nil {
+		return err
+	}
+	go srv.Serve()
+	defer srv.Shutdown(context.Background())
+	if err := writeAgentInfo(*data, agentInfo{API: srv.Addr(), OwnToken: sf.token.get() != ""}); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(*data, agentFile))
+	if srv.Addr() != "" {
+		logf("UI and API at %s", server.LoginURL(srv.Addr(), srvOpts.Token))
 	}
 	tr, err := startTracing(st, tf, cfg.Host, rec.Kernel(), logf)
 	if err != nil {

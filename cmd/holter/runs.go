@@ -280,7 +280,7 @@ func startOwnRecorder(dir string, epoch time.Duration, stderr io.Writer) (*clien
 		return nil, nil, err
 	}
 	var log bytes.Buffer
-	cmd := exec.Command(self, "record", "--data", dir, "--epoch", epoch.String(), "--api", "127.0.0.1:0")
+	cmd := exec.Command(self, "record", "--data", dir, "--epoch", epoch.String(), "--api", "")
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start a recorder: %w", err)
@@ -311,7 +311,10 @@ func startOwnRecorder(dir string, epoch time.Duration, stderr io.Writer) (*clien
 		if !ok || info.Pid != cmd.Process.Pid {
 			continue
 		}
-		c := newClient(info.API, info.Token)
+		c, ok := socketClient(dir)
+		if !ok {
+			continue
+		}
 		if res, err := (apiQuerier{c}).Query(context.Background(), `SELECT count(*) FROM epochs`); err == nil && asInt(res.Rows[0][0]) > 0 {
 			return c, stop, nil
 		}

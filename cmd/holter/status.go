@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/holter-dev/holter/internal/recorder"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 func runStatus(args []string, stdout, stderr io.Writer) error {
@@ -22,10 +24,10 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	c, ok := af.agent()
 	if !ok {
 		data := *af.data
-		if _, err := os.Stat(data); err != nil {
+		if _, err := os.Stat(filepath.Join(data, store.FileName)); err != nil {
 			return fmt.Errorf("no recorder is running for %s, and there is no recording there", data)
 		}
-		res, err := answer(agentFlags{data: &data, api: new(string), token: new(string)}, `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`)
+		res, err := answer(agentFlags{data: &data, api: new(string), token: &apiToken{}}, `SELECT epoch, epoch_ms(end_ns // 1000000) AS ended, samples, lost FROM epochs ORDER BY epoch DESC LIMIT 1`, store.DefaultQueryTimeout)
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	unsafeRead := fs.Bool("unsafe-read", false, "allow str() to read user memory at arbitrary addresses")
 	mapSize := fs.Int("map-size", 0, "keys the aggregation map holds per interval (default 10240)")
 	local := fs.Bool("local", false, "run here even if a recorder's API answers")
-	hostList := fs.String("hosts", "", "run across these agents (HOST:PORT,…; --token is theirs), merging their partial aggregates")
+	hostList := fs.String("hosts", "", "run across these agents (HOST:PORT,…; the token given is theirs), merging their partial aggregates")
 	hostsFile := fs.String("hosts-file", "", "file listing agents (HOST:PORT, one a line) to run across")
 	pid := fs.Int("p", 0, "trace process PID only (its events; ends when it exits)")
 	command := fs.String("c", "", "run COMMAND (through /bin/sh) and trace it only, from its exec to its exit")
@@ -135,7 +135,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		if *dur > 0 {
 			req.For = dur.String()
 		}
-		return traceFanOut(ctx, hosts, *af.token, plan, req, *interval, out)
+		return traceFanOut(ctx, hosts, af.token.get(), plan, req, *interval, out)
 	}
 	if !*local {
 		if c, ok := af.agent(); ok {
@@ -367,7 +367,7 @@ func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out 
 		return nil
 	})
 	if err != nil && !errors.As(err, new(apiError)) {
-		return fmt.Errorf("trace through the recorder at %s: %w", c.base, err)
+		return fmt.Errorf("trace through the recorder at %s: %w", c.where, err)
 	}
 	return err
 }
@@ -383,7 +383,7 @@ func (c *client) trace(ctx context.Context, req server.TraceRequest, each func(*
 	if c.token != "" {
 		hr.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := (&http.Client{}).Do(hr)
+	resp, err := c.stream.Do(hr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

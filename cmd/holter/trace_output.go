@@ -91,7 +91,7 @@ func writeTable(w io.Writer, res *store.Result) {
 	}
 	tw.Flush()
 	if res.Truncated {
-		fmt.Fprintf(w, "(result cut at %d rows)\n", store.MaxRows)
+		fmt.Fprintf(w, "(result cut after %d rows, at the limit of rows or bytes one answer carries)\n", len(res.Rows))
 	}
 }
 

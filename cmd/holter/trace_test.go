@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -114,7 +115,9 @@ func TestTraceJoinsThroughAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv, err := server.Listen(server.Options{Addr: "127.0.0.1:0", Store: st})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("join-token-0123456789\n"), 0o600)
+	srv, err := server.Listen(server.Options{Addr: "127.0.0.1:0", Token: "join-token-0123456789", Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +127,7 @@ func TestTraceJoinsThroughAgent(t *testing.T) {
 		SELECT comm, calls, cpu_ns FROM live JOIN (SELECT comm, sum(weight)::BIGINT AS cpu_ns FROM samples GROUP BY comm) USING (comm)`, os.Getpid())
 	stop := testutil.CallGetppidAs(t, "apijoin")
 	defer stop()
-	checkJoined(t, joinedRows(t, "--api", srv.Addr(), "--data", t.TempDir(), q), "apijoin", 777)
+	checkJoined(t, joinedRows(t, "--api", srv.Addr(), "--token-file", tokenFile, "--data", t.TempDir(), q), "apijoin", 777)
 }
 
 // TestTraceJoinWhenStoreHeld: a store another process holds (a recorder

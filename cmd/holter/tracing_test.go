@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -274,27 +273,17 @@ func TestDemoSystemRequestTracing(t *testing.T) {
 	}
 
 	// Prometheus counters through the API.
-	info, ok := readAgentInfo(dir)
-	if !ok {
-		t.Fatal("no agent info")
-	}
-	resp, err := http.Get("http://" + info.API + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	session := recorderSession(t, bin, dir)
+	_, body := session.get(t, "/metrics")
 	for _, want := range []string{`holter_client_cpu_seconds_total{client="alice"}`, `holter_spans_total{service="middle",operation="middle get"} 5`,
 		`holter_span_duration_seconds{service="storage",operation="storage read",quantile="0.99"}`, "# TYPE holter_spans_total counter"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
-	resp, err = http.Get("http://" + info.API + "/api/traces/" + reads[0].TraceID + "/path")
-	if err != nil || resp.StatusCode != 200 {
-		t.Errorf("GET /api/traces/{id}/path: %v %v", err, resp.Status)
+	if code, b := session.get(t, "/api/traces/"+reads[0].TraceID+"/path"); code != 200 {
+		t.Errorf("GET /api/traces/{id}/path: %d %s", code, b)
 	}
-	resp.Body.Close()
 }
 
 // demoSystem is a recorder and the demo's three services exporting to it.
@@ -445,16 +434,7 @@ func checkTracingStatus(t *testing.T, bin, dir string, spans int) {
 		t.Errorf("accounting status %+v, want attached, ≥ 3 processes, records committed, none lost", *a)
 	}
 	// The same counters on /metrics, for a Prometheus scraper.
-	info, ok := readAgentInfo(dir)
-	if !ok {
-		t.Fatalf("no recorder API recorded in %s", dir)
-	}
-	resp, err := http.Get("http://" + info.API + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, body := recorderSession(t, bin, dir).get(t, "/metrics")
 	for _, want := range []string{"\nholter_otlp_spans_stored_total ", "\nholter_accounting_records_lost_total 0\n",
 		"\nholter_accounting_processes ", "\nholter_spans_total{"} {
 		if !strings.Contains(string(body), want) {

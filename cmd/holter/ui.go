@@ -23,15 +23,24 @@ const fleetTimeout = 15 * time.Second
 func runUI(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("ui", stderr)
 	data := fs.String("data", defaultDataDir, "data directory holding the store")
-	api := fs.String("api", "127.0.0.1:7070", "address to serve the UI and its API on")
-	token := fs.String("token", "", "API token; required for a non-loopback address")
+	serve := addServeFlags(fs, "address to serve the UI and its API on")
+	queryTimeout := addQueryTimeout(fs)
 	sf := addSourceFlags(fs)
 	sf.timeout = fleetTimeout
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := checkQueryTimeout(*queryTimeout); err != nil {
+		return err
+	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *serve.api == "" {
+		return usagef("--api: give the address to serve the UI on")
+	}
+	if err := serve.check(); err != nil {
+		return err
 	}
 	ch, fleet, err := sf.client()
 	if err != nil {
@@ -50,7 +59,7 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 		}
 		cancel()
 	} else {
-		st, err := store.Open(*data, &store.Options{ReadOnly: true})
+		st, err := store.Open(*data, &store.Options{ReadOnly: true, QueryTimeout: *queryTimeout})
 		if err != nil {
 			if errors.Is(err, store.ErrLocked) {
 				// DuckDB lets one process at a time hold the file: the recorder
@@ -65,7 +74,23 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 		defer st.Close()
 		src, what = st, st.Path()
 	}
-	srv, err := server.Listen(server.Options{Addr: *api, Token: *token, Store: src})
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "holter ui: "+format+"\n", a...) }
+	tokenDir := *data
+	if fleet {
+		tokenDir = ""
+	}
+	opts, err := serve.options(tokenDir, logf)
+	if err != nil && !fleet {
+		// A recording this user may read but not write to: the token
+		// lasts this run.
+		logf("warning: %v; the UI's token is made for this run alone", err)
+		opts, err = serve.options("", logf)
+	}
+	if err != nil {
+		return err
+	}
+	opts.Store = src
+	srv, err := server.Listen(opts)
 	if err != nil {
 		return err
 	}
@@ -75,6 +100,6 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 		<-ctx.Done()
 		srv.Shutdown(context.Background())
 	}()
-	fmt.Fprintf(stdout, "holter UI for %s on http://%s\n", what, srv.Addr())
+	fmt.Fprintf(stdout, "holter UI for %s on %s\n", what, server.LoginURL(srv.Addr(), opts.Token))
 	return srv.Serve()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -122,9 +121,11 @@ func TestUIInBrowser(t *testing.T) {
 		t.Errorf("holter ui beside a recorder: exit %d, %s", code, errOut)
 	}
 
-	timeUIEndpoints(t, "http://"+info.API, traceID)
+	// The browser logs in at the URL holter ui-url prints.
+	session := recorderSession(t, bin, dir)
+	timeUIEndpoints(t, session, traceID)
 
-	runBrowserTests(t, "test/browser.test.mjs", "ui-browser", "HOLTER_URL=http://"+info.API+"/",
+	runBrowserTests(t, "test/browser.test.mjs", "ui-browser", "HOLTER_URL="+session.loginURL,
 		"HOLTER_CPU_FUNC=holter_cpu_spin", "HOLTER_CPU_COMM=cpu_spin", "HOLTER_BLCK_FUNC=holter_block_on_pipe", "HOLTER_TRACE_ID="+traceID)
 
 	// Once the recorder stops, `holter ui` serves the stored recording.
@@ -132,31 +133,14 @@ func TestUIInBrowser(t *testing.T) {
 	r.cmd.Wait()
 	<-r.done
 	finding := storeUIFinding(t, dir)
-	ui := exec.Command(bin, "ui", "--data", dir, "--api", "127.0.0.1:0")
-	stdout, err := ui.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ui.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ui.Process.Kill(); ui.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("holter ui printed nothing: %v", err)
-	}
-	_, addr, _ := strings.Cut(strings.TrimSpace(line), " on ")
+	stored := serveUI(t, bin, "--data", dir)
 	var ov server.Overview
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(addr + "/api/overview")
-	if err != nil {
-		t.Fatalf("holter ui (%q): %v", line, err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&ov); err != nil || ov.Live || ov.Epochs < 5 {
-		t.Errorf("stored recording's overview: %+v (%v)", ov, err)
+	code, b := stored.get(t, "/api/overview")
+	if err := json.Unmarshal(b, &ov); code != 200 || err != nil || ov.Live || ov.Epochs < 5 {
+		t.Errorf("stored recording's overview: %d %+v (%v)", code, ov, err)
 	}
 
-	runBrowserTests(t, "test/findings.test.mjs", "ui-browser-findings", "HOLTER_URL="+addr+"/",
+	runBrowserTests(t, "test/findings.test.mjs", "ui-browser-findings", "HOLTER_URL="+stored.loginURL,
 		"HOLTER_FINDING_RULE="+finding.Rule, "HOLTER_CPU_COMM="+finding.Processes[0].Comm)
 }
 
@@ -279,23 +263,15 @@ func postUITrace(t *testing.T, addr string, pid int) string {
 // timeUIEndpoints reports how long the new tabs' API calls take on the
 // live recording: three rounds each, min / median / max. The diff compares
 // the recording's later epochs with its earlier ones.
-func timeUIEndpoints(t *testing.T, base, traceID string) {
+func timeUIEndpoints(t *testing.T, s uiSession, traceID string) {
 	t.Helper()
 	var ov server.Overview
-	resp, err := http.Get(base + "/api/overview")
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&ov)
-	resp.Body.Close()
+	_, b := s.get(t, "/api/overview")
+	json.Unmarshal(b, &ov)
 	// Epochs may be uneven when the recorder lags: split by their starts.
-	resp, err = http.Get(base + "/api/query?q=" + url.QueryEscape("SELECT start_ns FROM epochs ORDER BY start_ns"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b = s.get(t, "/api/query?q="+url.QueryEscape("SELECT start_ns FROM epochs ORDER BY start_ns"))
 	var starts struct{ Rows [][]int64 }
-	json.NewDecoder(resp.Body).Decode(&starts)
-	resp.Body.Close()
+	json.Unmarshal(b, &starts)
 	if len(starts.Rows) < 2 {
 		t.Fatalf("%d epochs recorded", len(starts.Rows))
 	}
@@ -310,14 +286,8 @@ func timeUIEndpoints(t *testing.T, base, traceID string) {
 		var ds []time.Duration
 		for range 3 {
 			began := time.Now()
-			resp, err := http.Get(base + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s: %s", path, resp.Status)
+			if code, b := s.get(t, path); code != http.StatusOK {
+				t.Fatalf("GET %s: %d %s", path, code, b)
 			}
 			ds = append(ds, time.Since(began))
 		}

@@ -184,7 +184,7 @@ func (c *Client) query(ctx context.Context, query string, params url.Values) (*s
 		params = url.Values{}
 	}
 	params.Set("output_format_json_quote_64bit_integers", "0")
-	params.Set("max_result_rows", fmt.Sprint(store.MaxRows+1))
+	params.Set("max_result_rows", fmt.Sprint(store.DefaultMaxResultRows+1))
 	params.Set("result_overflow_mode", "break")
 	rc, err := c.post(ctx, q+"\nFORMAT JSONCompact", nil, params)
 	if err != nil {
@@ -204,7 +204,7 @@ func (c *Client) query(ctx context.Context, query string, params url.Values) (*s
 		res.Types = append(res.Types, m.Type)
 	}
 	for _, raw := range ans.Data {
-		if len(res.Rows) == store.MaxRows {
+		if len(res.Rows) == store.DefaultMaxResultRows {
 			res.Truncated = true
 			break
 		}

@@ -50,7 +50,7 @@ func handle(f func(r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		out, err := f(r)
 		if err != nil {
-			writeError(w, errorCode(err), err.Error())
+			writeError(w, queryErrorCode(w, err, http.StatusInternalServerError), err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, out)

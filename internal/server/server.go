@@ -1,11 +1,7 @@
-// Package server is holter's HTTP API: what the CLI and the web UI use to
-// reach a running recorder. It listens on loopback unless told otherwise,
-// and then only with a token.
 package server
 
 import (
 	"context"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -13,9 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
+	"net/url"
 	"time"
 
+	"github.com/holter-dev/holter/internal/access"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/ui"
 )
@@ -28,9 +25,27 @@ type Querier interface {
 
 // Options configures a Server.
 type Options struct {
-	Addr  string // host:port; loopback unless Token is set
+	// Addr is the HTTP address, host:port; "" serves no HTTP. See
+	// CheckAddr for which addresses a command may listen on.
+	Addr string
+	// Token is the admin's: it gives the root role over HTTP. Required
+	// with Addr.
 	Token string
-	Store Querier
+	// ReadToken, when set, gives the reader role over HTTP.
+	ReadToken string
+	// Hosts are the names, beyond the loopback ones, a request's Host
+	// header may carry.
+	Hosts []string
+	// Sockets are Unix sockets to serve on, each caller's role read from
+	// its peer credentials against Groups.
+	Sockets []Socket
+	Groups  access.Groups
+	// MaxTraces and MaxTraceBytes bound the live traces running at once,
+	// and their maps' memory together (0: DefaultMaxTraces,
+	// DefaultMaxTraceBytes).
+	MaxTraces     int
+	MaxTraceBytes uint64
+	Store         Querier
 	// Status reports the recorder; nil when serving a stored recording.
 	Status func() any
 	// Metrics writes the recorder's own counters in Prometheus text,
@@ -49,27 +64,66 @@ type Options struct {
 // Server is a running API server.
 type Server struct {
 	http *http.Server
-	ln   net.Listener
+	ln   net.Listener   // HTTP; nil without Addr
+	lns  []net.Listener // ln and the sockets
 }
 
 // MaxQueryBytes bounds a query's text.
 const MaxQueryBytes = 1 << 20
 
-// Listen checks the address policy and binds.
+// CheckAddr checks an HTTP address before anything is loaded: a
+// non-loopback one needs a token the operator chose (tokenGiven), as one
+// made at start is only for this host's users.
+func CheckAddr(addr string, tokenGiven bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("api address %q: %w", addr, err)
+	}
+	if !isLoopback(host) && !tokenGiven {
+		return fmt.Errorf("api address %q is not loopback: give a token (--token-file FILE or $HOLTER_TOKEN) to listen there", addr)
+	}
+	return nil
+}
+
+// Listen binds the HTTP address and the sockets.
 func Listen(opts Options) (*Server, error) {
-	host, _, err := net.SplitHostPort(opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("api address %q: %w", opts.Addr, err)
-	}
-	if !isLoopback(host) && opts.Token == "" {
-		return nil, fmt.Errorf("api address %q is not loopback: give a token (--token) to listen there", opts.Addr)
-	}
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("api listen on %s: %w", opts.Addr, err)
-	}
 	mux := http.NewServeMux()
-	s := &Server{ln: ln, http: &http.Server{Handler: withToken(opts.Token, mux), ReadHeaderTimeout: 10 * time.Second}}
+	g := &guard{next: mux}
+	for _, t := range []roleToken{{[]byte(opts.Token), access.Root}, {[]byte(opts.ReadToken), access.Reader}} {
+		if len(t.value) > 0 {
+			g.tokens = append(g.tokens, t)
+		}
+	}
+	s := &Server{http: &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext}}
+	fail := func(err error) (*Server, error) {
+		for _, ln := range s.lns {
+			ln.Close()
+		}
+		return nil, err
+	}
+	if opts.Addr != "" {
+		if opts.Token == "" {
+			return nil, fmt.Errorf("api address %s: no token", opts.Addr)
+		}
+		ln, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("api listen on %s: %w", opts.Addr, err)
+		}
+		s.ln = ln
+		s.lns = append(s.lns, ln)
+		host, port, _ := net.SplitHostPort(ln.Addr().String())
+		g.hosts = newHostPolicy(host, opts.Hosts)
+		// Cookies do not tell ports apart: two servers on one host each
+		// keep their own.
+		g.cookieName = tokenCookie + "_" + port
+	}
+	for _, sock := range opts.Sockets {
+		ln, err := listenSocket(sock, opts.Groups)
+		if err != nil {
+			return fail(err)
+		}
+		s.lns = append(s.lns, ln)
+	}
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
 		if opts.Status == nil {
 			writeError(w, http.StatusNotFound, noRecorder(opts))
@@ -97,33 +151,7 @@ func Listen(opts Options) (*Server, error) {
 		}
 		writeJSON(w, http.StatusOK, opts.Status())
 	})
-	query := func(w http.ResponseWriter, r *http.Request, q string) {
-		if strings.TrimSpace(q) == "" {
-			writeError(w, http.StatusBadRequest, "missing query: pass it as q= or as the request body")
-			return
-		}
-		res, err := opts.Store.Query(r.Context(), q)
-		if err != nil {
-			writeError(w, errorCode(err, http.StatusBadRequest), err.Error())
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	}
-	mux.HandleFunc("GET /api/query", func(w http.ResponseWriter, r *http.Request) {
-		query(w, r, r.URL.Query().Get("q"))
-	})
-	mux.HandleFunc("POST /api/query", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxQueryBytes+1))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "read query: "+err.Error())
-			return
-		}
-		if len(body) > MaxQueryBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("query longer than %d bytes", MaxQueryBytes))
-			return
-		}
-		query(w, r, string(body))
-	})
+	registerQuery(mux, opts)
 	if isFleet(opts.Store) {
 		registerNotInFleet(mux)
 	} else {
@@ -163,15 +191,37 @@ func noRecorder(opts Options) string {
 //go:embed openapi.yaml
 var openAPI []byte
 
-// Addr is the bound address.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
-
-// Serve serves until Shutdown.
-func (s *Server) Serve() error {
-	if err := s.http.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+// Addr is the bound HTTP address, "" without one.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
 	}
-	return nil
+	return s.ln.Addr().String()
+}
+
+// LoginURL is the address of the UI that logs a browser in with token.
+func LoginURL(addr, token string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	return "http://" + addr + "/?" + url.Values{"token": {token}}.Encode()
+}
+
+// Serve serves on every listener until Shutdown.
+func (s *Server) Serve() error {
+	errs := make(chan error, len(s.lns))
+	for _, ln := range s.lns {
+		go func() { errs <- s.http.Serve(ln) }()
+	}
+	var first error
+	for range s.lns {
+		if err := <-errs; first == nil && !errors.Is(err, http.ErrServerClosed) {
+			first = err
+		}
+	}
+	return first
 }
 
 // Shutdown stops the server, letting requests in flight finish.
@@ -186,35 +236,9 @@ func isLoopback(host string) bool {
 }
 
 // tokenCookie carries the token for a browser, which cannot add an
-// Authorization header to the page it opens: opening /?token=TOKEN once
-// sets it.
+// Authorization header to the page it opens: opening the login URL once
+// (LoginURL) sets it.
 const tokenCookie = "holter_token"
-
-func withToken(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := []byte(token)
-	matches := func(got string) bool { return subtle.ConstantTimeCompare([]byte(got), want) == 1 }
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if given := r.URL.Query().Get("token"); given != "" && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") {
-			if !matches(given) {
-				writeError(w, http.StatusUnauthorized, "wrong token")
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			http.Redirect(w, r, r.URL.Path, http.StatusSeeOther)
-			return
-		}
-		bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		cookie, _ := r.Cookie(tokenCookie)
-		if !matches(bearer) && (cookie == nil || !matches(cookie.Value)) {
-			writeError(w, http.StatusUnauthorized, "missing or wrong token (Authorization: Bearer TOKEN, or open the UI once at /?token=TOKEN)")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holter-dev/holter/internal/access"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/tracequery"
 )
@@ -53,10 +55,15 @@ type traceSaver interface {
 // streams each interval as a line of NDJSON until For passes or the
 // client goes away.
 func registerTrace(mux *http.ServeMux, opts Options) {
+	limits := &traceLimits{max: cmp.Or(opts.MaxTraces, DefaultMaxTraces), maxBytes: cmp.Or(opts.MaxTraceBytes, DefaultMaxTraceBytes)}
 	mux.HandleFunc("POST /api/trace", func(w http.ResponseWriter, r *http.Request) {
 		var req TraceRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, MaxQueryBytes)).Decode(&req); err != nil {
 			writeError(w, http.StatusBadRequest, "read trace request: "+err.Error())
+			return
+		}
+		if req.UnsafeRead && roleOf(r.Context()) < access.Root {
+			writeError(w, http.StatusForbidden, "unsafe_read lets str() read any process's memory: it needs root on the socket, or the admin token")
 			return
 		}
 		text, ok := tracequery.Resolve(req.Query)
@@ -118,6 +125,16 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 			enc.Encode(line)
 			return
 		}
+		release, refused := limits.acquire(plan.MapBytes())
+		if refused != nil {
+			writeError(w, refused.code, refused.msg)
+			return
+		}
+		defer release()
+		// Said at once, so that a client knows the trace was admitted
+		// before its first interval ends.
+		w.WriteHeader(http.StatusOK)
+		flush()
 		var mu sync.Mutex // rows come from the probes' reader, intervals from the run
 		perEvent := plan.PerEvent && saver == nil && !req.Partials && ro.Window == 0
 		ro.Attached = func() {

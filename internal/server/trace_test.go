@@ -98,10 +98,11 @@ func TestTraceJoinsRecordedTables(t *testing.T) {
 	for _, l := range lines {
 		for _, r := range l.Result.Rows {
 			// Only comms in both: srvjoin (recorded "other" never calls).
-			if r[0] != "srvjoin" || r[2] != float64(700) {
+			// Numbers arrive exact: BIGINTs as int64.
+			if r[0] != "srvjoin" || r[2] != int64(700) {
 				t.Errorf("row %v, want srvjoin with cpu 700", r)
 			}
-			calls += int64(r[1].(float64))
+			calls += r[1].(int64)
 		}
 	}
 	intervals := len(lines)

@@ -84,11 +84,8 @@ func (s *Store) pruneStacks(ctx context.Context, rep *PruneReport) error {
 		n, _ := res.RowsAffected()
 		rep.Stacks += n
 		if n > 0 {
-			s.mu.Lock()
-			s.knownStacks = map[uint64]struct{}{}
-			s.mu.Unlock()
 			if err := s.loadKnown(); err != nil {
-				return err
+				return fmt.Errorf("prune stacks: %w", err)
 			}
 		}
 	}

@@ -1,17 +1,17 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 )
@@ -22,21 +22,104 @@ const FileName = "holter.duckdb"
 // ErrLocked is returned when another process holds the store for writing.
 var ErrLocked = errors.New("store is locked by another process")
 
-// Options tunes Open; nil means defaults (read-write).
+// Options tunes Open; nil means defaults (read-write). Zero fields take
+// their defaults.
 type Options struct {
 	// ReadOnly opens an existing store without taking the writer's lock.
 	ReadOnly bool
+	// QueryTimeout bounds one query, from its start to its last row read
+	// (DefaultQueryTimeout).
+	QueryTimeout time.Duration
+	// MaxQueries is how many queries may run at once (DefaultMaxQueries);
+	// one more waits QueueWait for a slot, then fails with ErrBusy.
+	MaxQueries int
+	// MaxResultRows and MaxResultBytes bound one query's answer
+	// (DefaultMaxResultRows, DefaultMaxResultBytes); what is cut is marked
+	// Truncated.
+	MaxResultRows  int
+	MaxResultBytes int64
+	// MaxTempBytes bounds what DuckDB spills into the temp directory
+	// under the data directory (DefaultMaxTempBytes).
+	MaxTempBytes int64
+
+	// memoryLimit and checkpointThreshold replace DuckDB's settings, for
+	// tests that need a fault where a commit's checkpoint runs.
+	memoryLimit, checkpointThreshold string
 }
 
-// Store is an open holter database.
+// Defaults of Options.
+const (
+	DefaultQueryTimeout   = 30 * time.Second
+	DefaultMaxQueries     = 4
+	DefaultMaxResultRows  = 100_000
+	DefaultMaxResultBytes = 64 << 20
+	DefaultMaxTempBytes   = 1 << 30
+	// QueueWait is how long a query waits for one of MaxQueries to end.
+	QueueWait = 2 * time.Second
+	// memoryLimit bounds DuckDB's buffers: the recorder is a guest on the
+	// host it watches.
+	memoryLimit = "256MB"
+)
+
+func (o *Options) withDefaults() Options {
+	out := *o
+	if out.QueryTimeout <= 0 {
+		out.QueryTimeout = DefaultQueryTimeout
+	}
+	if out.MaxQueries <= 0 {
+		out.MaxQueries = DefaultMaxQueries
+	}
+	if out.MaxResultRows <= 0 {
+		out.MaxResultRows = DefaultMaxResultRows
+	}
+	if out.MaxResultBytes <= 0 {
+		out.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if out.MaxTempBytes <= 0 {
+		out.MaxTempBytes = DefaultMaxTempBytes
+	}
+	if out.memoryLimit == "" {
+		out.memoryLimit = memoryLimit
+	}
+	return out
+}
+
+// Store is an open holter database. Two kinds of connection reach its one
+// DuckDB instance: the writer's pool (db), for the recorder's commits and
+// its own reads, and a fresh connection per query (Query, QueryRows), made
+// from the same connector and closed after it, so no query waits for,
+// holds or leaves state on a connection the recorder commits through.
 type Store struct {
-	db       *sql.DB
-	path     string
-	readOnly bool
+	db        *sql.DB
+	connector *duckdb.Connector
+	path      string
+	readOnly  bool
+	opts      Options
+
+	// queries holds a token per running query (MaxQueries).
+	queries chan struct{}
+	// sideEffects are the scalar functions a query may not call
+	// (sandbox.go).
+	sideEffects map[string]bool
+	passedMu    sync.Mutex
+	passed      map[string]passed
+	// closing is cancelled by Close, which waits for running to end.
+	// qmu orders starting a query (running.Add) and Close.
+	qmu     sync.Mutex
+	closing context.Context
+	close   context.CancelFunc
+	running sync.WaitGroup
 
 	mu          sync.Mutex
 	knownStacks map[uint64]struct{}
 	knownExes   map[string]struct{}
+	// failedCommitsStored counts the COMMITs that failed with their
+	// epoch stored (WriteEpoch).
+	failedCommitsStored int
+	// knownStale says the caches above may disagree with the database:
+	// a commit failed in a way that leaves unsaid what it stored. The next
+	// epoch reads them back first.
+	knownStale bool
 	// open holds the buckets being filled, one per timescale (rollup.go).
 	open []*openBucket
 	// spanSeq is the last span commit sequence number (requests.go); 0
@@ -51,8 +134,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
+	o := opts.withDefaults()
 	path := filepath.Join(dir, FileName)
-	if opts.ReadOnly {
+	if o.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("open store: no recording in %s: %w", dir, err)
 		}
@@ -61,43 +145,47 @@ func Open(dir string, opts *Options) (*Store, error) {
 	}
 	existed := fileHasData(path)
 
-	dsn := path
-	if opts.ReadOnly {
-		dsn += "?access_mode=READ_ONLY"
-	}
-	connector, err := duckdb.NewConnector(dsn, nil)
+	connector, err := duckdb.NewConnector(path+"?"+dsnConfig(dir, &o).Encode(), nil)
 	if err != nil {
 		return nil, openError(path, existed, err)
 	}
 	db := sql.OpenDB(connector)
-	// A few connections, so a long user query does not hold up a commit.
+	// The recorder's commits, its retention and analysis share these;
+	// users' queries never do.
 	db.SetMaxOpenConns(4)
 	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, openError(path, existed, err)
 	}
-	s := &Store{db: db, path: path, readOnly: opts.ReadOnly,
+	s := &Store{db: db, connector: connector, path: path, readOnly: o.ReadOnly, opts: o,
+		queries: make(chan struct{}, o.MaxQueries), passed: map[string]passed{},
 		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}}
-	if !opts.ReadOnly {
+	s.closing, s.close = context.WithCancel(context.Background())
+	if !o.ReadOnly {
 		if err := s.migrate(existed); err != nil {
 			db.Close()
 			return nil, err
 		}
 		if err := s.loadKnown(); err != nil {
 			db.Close()
-			return nil, err
+			return nil, fmt.Errorf("open store: %w", err)
 		}
 	} else if err := s.checkVersion(); err != nil {
 		db.Close()
 		return nil, err
 	}
-	// Queries that users send must not reach files or the network; and the
-	// recorder is a guest on the host it watches: DuckDB may cache this much
-	// and runs its work on the calling thread, where the recorder can
-	// measure it (see recorder's budget) rather than on a pool of its own.
+	if s.sideEffects, err = sideEffectFunctions(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := registerBudget(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	// Queries must not reach files or the network, and nothing may change
+	// the settings after this (lock_configuration); DuckDB refuses the
+	// first at open with a temp_directory set, so both come now.
 	for _, stmt := range []string{
-		"SET memory_limit = '256MB'",
-		"SET threads = 1",
 		"SET enable_external_access = false",
 		"SET lock_configuration = true",
 	} {
@@ -107,6 +195,36 @@ func Open(dir string, opts *Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// dsnConfig is DuckDB's configuration, given at open so that it holds
+// before DuckDB reads the file (a file with another database's header
+// makes it load that database's extension). Extensions are never
+// installed or loaded on demand, and the only directory for them is one
+// under the data directory that holter never creates, so nothing is
+// fetched from the network or written under HOME. DuckDB may cache
+// memoryLimit and spill up to MaxTempBytes into the temp directory under
+// the data directory; it runs its work on the calling thread, where the
+// recorder can measure it (see recorder's budget), rather than on a pool
+// of its own.
+func dsnConfig(dir string, o *Options) url.Values {
+	v := url.Values{
+		"autoinstall_known_extensions": {"false"},
+		"autoload_known_extensions":    {"false"},
+		"allow_community_extensions":   {"false"},
+		"extension_directory":          {filepath.Join(dir, "duckdb-extensions")},
+		"temp_directory":               {filepath.Join(dir, FileName+".tmp")},
+		"max_temp_directory_size":      {fmt.Sprintf("%dB", o.MaxTempBytes)},
+		"memory_limit":                 {o.memoryLimit},
+		"threads":                      {"1"},
+	}
+	if o.checkpointThreshold != "" {
+		v.Set("checkpoint_threshold", o.checkpointThreshold)
+	}
+	if o.ReadOnly {
+		v.Set("access_mode", "READ_ONLY")
+	}
+	return v
 }
 
 func fileHasData(path string) bool {
@@ -186,31 +304,53 @@ func (s *Store) migrate(existed bool) error {
 // loadKnown remembers which stacks and executables the store holds, so an
 // epoch writes only new ones.
 func (s *Store) loadKnown() error {
-	rows, err := s.db.Query(`SELECT stack_id FROM stacks`)
+	conn, err := s.db.Conn(context.Background())
 	if err != nil {
-		return fmt.Errorf("open store: read stacks: %w", err)
+		return err
+	}
+	defer conn.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reloadKnown(context.Background(), conn)
+}
+
+// reloadKnown reads the stacks and executables stored into the caches;
+// s.mu is held.
+func (s *Store) reloadKnown(ctx context.Context, conn *sql.Conn) error {
+	stacks := map[uint64]struct{}{}
+	exes := map[string]struct{}{}
+	rows, err := conn.QueryContext(ctx, `SELECT stack_id FROM stacks`)
+	if err != nil {
+		return fmt.Errorf("read stacks: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id uint64
 		if err := rows.Scan(&id); err != nil {
-			return fmt.Errorf("open store: read stacks: %w", err)
+			return fmt.Errorf("read stacks: %w", err)
 		}
-		s.knownStacks[id] = struct{}{}
+		stacks[id] = struct{}{}
 	}
-	xs, err := s.db.Query(`SELECT path FROM executables`)
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read stacks: %w", err)
+	}
+	xs, err := conn.QueryContext(ctx, `SELECT path FROM executables`)
 	if err != nil {
-		return fmt.Errorf("open store: read executables: %w", err)
+		return fmt.Errorf("read executables: %w", err)
 	}
 	defer xs.Close()
 	for xs.Next() {
 		var p string
 		if err := xs.Scan(&p); err != nil {
-			return fmt.Errorf("open store: read executables: %w", err)
+			return fmt.Errorf("read executables: %w", err)
 		}
-		s.knownExes[p] = struct{}{}
+		exes[p] = struct{}{}
 	}
-	return errors.Join(rows.Err(), xs.Err())
+	if err := xs.Err(); err != nil {
+		return fmt.Errorf("read executables: %w", err)
+	}
+	s.knownStacks, s.knownExes, s.knownStale = stacks, exes, false
+	return nil
 }
 
 func (s *Store) checkVersion() error {
@@ -229,8 +369,15 @@ func (s *Store) checkVersion() error {
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database; committed epochs are durable already.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the queries running, waits for them to end and closes the
+// database; committed epochs are durable already.
+func (s *Store) Close() error {
+	s.qmu.Lock()
+	s.close()
+	s.qmu.Unlock()
+	s.running.Wait()
+	return s.db.Close()
+}
 
 // NextEpoch returns the number the next epoch of host should get: one past
 // the last committed, so a restarted recorder continues the sequence.
@@ -315,6 +462,18 @@ func nullID(id uint64) driver.Value {
 }
 
 // WriteEpoch commits one epoch in a single transaction.
+//
+// A COMMIT that reports an error may have stored the epoch: DuckDB
+// checkpoints in the commit that takes its log past checkpoint_threshold,
+// writing the transaction to the database file instead of the log, and a
+// checkpoint that fails there (out of memory, a full disk) fails the
+// COMMIT of a transaction the database then holds, in memory only. So the
+// epochs table is asked: an epoch not there was not committed; one there
+// is made durable by a checkpoint, and counts as committed once that
+// succeeds (ErrNotDurable while it fails). Either way the caches of stacks
+// and executables stored follow the table, and are read back when even
+// that cannot be asked, so that no later epoch fails on a stack stored
+// twice.
 func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 	if s.readOnly {
 		return errors.New("write epoch: store is open read-only")
@@ -326,6 +485,11 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
 	defer conn.Close()
+	if s.knownStale {
+		if err := s.reloadKnown(ctx, conn); err != nil {
+			return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+		}
+	}
 	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
 		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
@@ -337,9 +501,22 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 		}
 		return err
 	}
+	var notDurable error
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		s.open = nil
-		return fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
+		err = fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
+		in, verr := s.epochStored(e.Host, e.Epoch)
+		if verr != nil {
+			s.knownStale = true
+			return errors.Join(err, fmt.Errorf("and whether it is stored is unknown: %w", verr))
+		}
+		if !in {
+			return err
+		}
+		s.failedCommitsStored++
+		if _, cerr := s.db.ExecContext(context.Background(), "CHECKPOINT"); cerr != nil {
+			notDurable = fmt.Errorf("epoch %d is stored but %w: %v; checkpoint: %v", e.Epoch, ErrNotDurable, err, cerr)
+		}
 	}
 	for _, id := range newStacks {
 		s.knownStacks[id] = struct{}{}
@@ -347,7 +524,23 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) error {
 	for _, p := range newExes {
 		s.knownExes[p] = struct{}{}
 	}
-	return nil
+	return notDurable
+}
+
+// ErrNotDurable is returned for an epoch the store holds but has not
+// written to disk: the checkpoint that would failed. It is lost if the
+// recorder stops before a later checkpoint succeeds; a later epoch's
+// commit, or Close, checkpoints again.
+var ErrNotDurable = errors.New("not yet durable (DuckDB's checkpoint failed)")
+
+// epochStored says whether epoch n of host is in the epochs table, asked
+// on a connection of its own: the one whose COMMIT failed may be unusable.
+func (s *Store) epochStored(host string, n int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var in bool
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) > 0 FROM epochs WHERE host = ? AND epoch = ?`, host, n).Scan(&in)
+	return in, err
 }
 
 // writeEpoch does the writes of WriteEpoch inside its transaction. Bulk
@@ -439,123 +632,3 @@ func appendRows(conn driver.Conn, table string, n int, row func(int) []driver.Va
 	}
 	return nil
 }
-
-// Result is the answer to a query.
-type Result struct {
-	Columns   []string `json:"columns"`
-	Types     []string `json:"types"`
-	Rows      [][]any  `json:"rows"`
-	Truncated bool     `json:"truncated,omitempty"`
-}
-
-// MaxRows bounds what one query returns; the result says when it was cut.
-const MaxRows = 100_000
-
-// ErrNotReadOnly is returned for a statement that is not a query.
-var ErrNotReadOnly = errors.New("only read-only queries (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, SUMMARIZE) are allowed")
-
-// Query runs one read-only statement; args fill its placeholders ($1 or ?).
-func (s *Store) Query(ctx context.Context, query string, args ...any) (*Result, error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer conn.Close()
-	var res *Result
-	err = conn.Raw(func(dc any) error {
-		res, err = queryReadOnly(ctx, dc, query, args)
-		return err
-	})
-	return res, err
-}
-
-var readOnlyTypes = map[duckdb.StmtType]bool{
-	duckdb.STATEMENT_TYPE_SELECT:  true,
-	duckdb.STATEMENT_TYPE_EXPLAIN: true,
-}
-
-// queryReadOnly prepares query on the driver's connection dc, refuses it
-// unless it only reads (one statement: DuckDB prepares no more), and runs
-// that prepared statement: planning a query is most of what a small one
-// costs, and it is planned once.
-func queryReadOnly(ctx context.Context, dc any, query string, args []any) (*Result, error) {
-	conn, ok := dc.(driver.ConnPrepareContext)
-	if !ok {
-		return nil, errors.New("query: driver cannot prepare statements")
-	}
-	stmt, err := conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer stmt.Close()
-	ds, ok := stmt.(*duckdb.Stmt)
-	if !ok {
-		return nil, errors.New("query: unexpected statement type")
-	}
-	t, err := ds.StatementType()
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	if !readOnlyTypes[t] {
-		return nil, fmt.Errorf("query: %w", ErrNotReadOnly)
-	}
-	named := make([]driver.NamedValue, len(args))
-	for i, a := range args {
-		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-	}
-	rows, err := ds.QueryContext(ctx, named)
-	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
-	}
-	defer rows.Close()
-	res := &Result{Columns: rows.Columns(), Rows: [][]any{}}
-	typed, _ := rows.(driver.RowsColumnTypeDatabaseTypeName)
-	for i := range res.Columns {
-		name := ""
-		if typed != nil {
-			name = typed.ColumnTypeDatabaseTypeName(i)
-		}
-		res.Types = append(res.Types, name)
-	}
-	dest := make([]driver.Value, len(res.Columns))
-	for {
-		err := rows.Next(dest)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("query: %w", err)
-		}
-		if len(res.Rows) == MaxRows {
-			res.Truncated = true
-			break
-		}
-		vals := make([]any, len(dest))
-		for i, v := range dest {
-			if b, ok := v.([]byte); ok { // the driver may reuse it
-				v = bytes.Clone(b)
-			}
-			vals[i] = v
-		}
-		res.Rows = append(res.Rows, vals)
-	}
-	return res, nil
-}
-
-// Querier answers read-only SQL without arguments: a store through Plain,
-// or a running recorder's API, which takes SQL text only.
-type Querier interface {
-	Query(ctx context.Context, sql string) (*Result, error)
-}
-
-// ArgQuerier answers SQL with placeholder arguments, as a Store does.
-type ArgQuerier interface {
-	Query(ctx context.Context, sql string, args ...any) (*Result, error)
-}
-
-// Plain is q as a Querier.
-func Plain(q ArgQuerier) Querier { return plain{q} }
-
-type plain struct{ q ArgQuerier }
-
-func (p plain) Query(ctx context.Context, sql string) (*Result, error) { return p.q.Query(ctx, sql) }

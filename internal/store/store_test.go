@@ -65,42 +65,6 @@ func TestWriteAndQuery(t *testing.T) {
 	}
 }
 
-func TestQueryIsReadOnly(t *testing.T) {
-	s, err := Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
-	outside := filepath.Join(t.TempDir(), "x.csv")
-	os.WriteFile(outside, []byte("a\n1\n"), 0o644)
-	for name, q := range map[string]string{
-		"drop":          `DROP TABLE samples`,
-		"insert":        `INSERT INTO meta VALUES ('x', 'y')`,
-		"two":           `SELECT 1; DROP TABLE samples`,
-		"read file":     `SELECT * FROM read_csv('` + outside + `')`,
-		"copy":          `COPY samples TO '` + outside + `'`,
-		"attach":        `ATTACH '` + outside + `.db' AS other`,
-		"set":           `SET enable_external_access = true`,
-		"syntax error":  `SELEC 1`,
-		"unknown table": `SELECT * FROM nope`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			if _, err := s.Query(ctx, q); err == nil {
-				t.Fatalf("%q was allowed", q)
-			} else {
-				t.Logf("%s: %v", name, err)
-			}
-		})
-	}
-	for _, q := range []string{`SELECT count(*) FROM samples`, `DESCRIBE samples`, `SHOW TABLES`,
-		`SUMMARIZE vitals`, `WITH x AS (SELECT 1 AS a) SELECT a FROM x`, `EXPLAIN SELECT 1`, `FROM epochs`} {
-		if _, err := s.Query(ctx, q); err != nil {
-			t.Errorf("read-only query %q refused: %v", q, err)
-		}
-	}
-}
-
 func TestCorruptFileIsNotOverwritten(t *testing.T) {
 	dir := t.TempDir()
 	junk := bytes.Repeat([]byte("not a database "), 1000)

@@ -3,6 +3,7 @@ package tracequery
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -1057,6 +1058,30 @@ func (p *Plan) Maps() map[string]*ebpf.MapSpec {
 		m["pairs"] = &ebpf.MapSpec{Name: "pairs", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 * numPairCounters, MaxEntries: 1}
 	}
 	return m
+}
+
+// MapBytes is what the plan's maps may hold in the kernel when full:
+// every entry's key and value (a per-CPU map's value once per possible
+// CPU, rounded up to 8 bytes as the kernel stores it) and ring buffers'
+// bytes. The kernel's own bookkeeping per entry comes on top.
+func (p *Plan) MapBytes() uint64 {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		cpus = runtime.NumCPU()
+	}
+	var n uint64
+	for _, m := range p.Maps() {
+		entries, key, val := uint64(m.MaxEntries), uint64(m.KeySize), uint64(m.ValueSize)
+		switch m.Type {
+		case ebpf.RingBuf:
+			n += entries
+		case ebpf.PerCPUHash, ebpf.PerCPUArray:
+			n += entries * (key + ((val+7)&^7)*uint64(cpus))
+		default:
+			n += entries * (key + val)
+		}
+	}
+	return n
 }
 
 const maxStackDepth = 127

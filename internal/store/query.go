@@ -1,0 +1,401 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"runtime"
+	"time"
+
+	"github.com/duckdb/duckdb-go/v2"
+	"golang.org/x/sys/unix"
+)
+
+// ErrBusy is returned when MaxQueries queries run and none ended within
+// QueueWait; the caller may try again shortly.
+var ErrBusy = errors.New("too many queries running; try again shortly")
+
+// ErrQueryTimeout is returned for a query stopped at its time limit.
+var ErrQueryTimeout = errors.New("query time limit reached")
+
+// ErrClosed is returned for a query on a closed store.
+var ErrClosed = errors.New("store is closed")
+
+// Result is the answer to a query.
+type Result struct {
+	Columns []string `json:"columns"`
+	Types   []string `json:"types"`
+	Rows    [][]any  `json:"rows"`
+	// Truncated says rows were left out: the answer reached the query's
+	// limit of rows or bytes.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Query runs one read-only statement (see sandbox.go) and returns its
+// answer, args filling its placeholders ($1 or ?).
+func (s *Store) Query(ctx context.Context, query string, args ...any) (*Result, error) {
+	rows, err := s.QueryRows(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	res := &Result{Columns: rows.Columns, Types: rows.Types, Rows: [][]any{}}
+	for rows.Next() {
+		res.Rows = append(res.Rows, rows.Row())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	res.Truncated = rows.Truncated()
+	return res, nil
+}
+
+// Rows is the answer to a query, read a row at a time, within the store's
+// limits: QueryTimeout from the start of the query to the last row read,
+// MaxResultRows and MaxResultBytes (what Go holds of the values) of rows.
+// Close it.
+type Rows struct {
+	Columns []string
+	Types   []string
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	timeout   time.Duration
+	maxRows   int
+	maxBytes  int64
+	conn      driver.Conn
+	rows      driver.Rows
+	dest      []driver.Value
+	row       []any
+	n         int
+	bytes     int64
+	truncated bool
+	err       error
+	budget    *resultBudget
+	release   func()
+}
+
+// QueryRows starts one read-only statement, args filling its placeholders.
+// It runs on a connection of its own, closed with the Rows, once one of
+// MaxQueries slots is free (ErrBusy after QueueWait).
+func (s *Store) QueryRows(ctx context.Context, query string, args ...any) (*Rows, error) {
+	release, err := s.startQuery(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Rows{timeout: s.opts.QueryTimeout, maxRows: s.opts.MaxResultRows, maxBytes: s.opts.MaxResultBytes}
+	r.ctx, r.cancel = context.WithTimeout(ctx, s.opts.QueryTimeout)
+	stop := context.AfterFunc(s.closing, r.cancel)
+	r.release = func() { stop(); release() }
+	if err := r.start(s, query, args); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// startQuery takes a query slot, waiting QueueWait at most; release gives
+// it back.
+func (s *Store) startQuery(ctx context.Context) (release func(), err error) {
+	s.qmu.Lock()
+	if s.closing.Err() != nil {
+		s.qmu.Unlock()
+		return nil, fmt.Errorf("query: %w", ErrClosed)
+	}
+	s.running.Add(1)
+	s.qmu.Unlock()
+	release = func() { <-s.queries; s.running.Done() }
+	select {
+	case s.queries <- struct{}{}:
+		return release, nil
+	default:
+	}
+	wait := time.NewTimer(QueueWait)
+	defer wait.Stop()
+	select {
+	case s.queries <- struct{}{}:
+		return release, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.closing.Done():
+		err = ErrClosed
+	case <-wait.C:
+		err = fmt.Errorf("%d queries running, the most the store runs at once (none ended within %v): %w",
+			cap(s.queries), QueueWait, ErrBusy)
+	}
+	s.running.Done()
+	return nil, fmt.Errorf("query: %w", err)
+}
+
+func (r *Rows) start(s *Store, query string, args []any) error {
+	dc, err := s.connector.Connect(r.ctx)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	r.conn = dc
+	conn, ok := dc.(*duckdb.Conn)
+	if !ok {
+		return fmt.Errorf("query: unexpected driver connection %T", dc)
+	}
+	p, err := s.sandbox(r.ctx, conn, query)
+	if err != nil {
+		return r.failed(err)
+	}
+	// Prepare, unlike PrepareContext, runs nothing of a text of several
+	// statements: it refuses it. The text passed holds one, so the
+	// QueryContext below, which runs all but the last, runs none.
+	stmt, err := conn.Prepare(p.run)
+	if err != nil {
+		return r.failed(fmt.Errorf("query: %w", err))
+	}
+	t, err := stmt.(*duckdb.Stmt).StatementType()
+	stmt.Close()
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if t != p.want {
+		return fmt.Errorf("query: the statement prepared is not a query: %w", ErrNotReadOnly)
+	}
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	ctx := r.ctx
+	if p.budgeted {
+		r.budget = &resultBudget{left: r.maxBytes}
+		ctx = context.WithValue(ctx, resultBudgetKey{}, r.budget)
+	}
+	// The connection's QueryContext, not the statement's: it gives ctx
+	// to budgetFunction.
+	var rows driver.Rows
+	atQueryPriority(func() { rows, err = conn.QueryContext(ctx, p.run, named) })
+	if err != nil {
+		return r.failed(fmt.Errorf("query: %w", err))
+	}
+	r.rows = rows
+	r.Columns = rows.Columns()
+	typed, _ := rows.(driver.RowsColumnTypeDatabaseTypeName)
+	r.Types = make([]string, len(r.Columns))
+	for i := range r.Columns {
+		if typed != nil {
+			r.Types[i] = typed.ColumnTypeDatabaseTypeName(i)
+		}
+	}
+	r.dest = make([]driver.Value, len(r.Columns))
+	return nil
+}
+
+// budgetFunction is the function through which budgeted queries pass
+// the size of each row, its values as text: true while the rows so far fit
+// in the query's resultBudget, false after, which leaves the rows out of
+// the answer DuckDB holds. Given the size rather than the values, it never
+// meets a type the driver cannot read. It is registered in the catalog at
+// Open; a query calling it itself is refused.
+const budgetFunction = "holter_result_budget"
+
+// rowOverhead is what a row costs beyond its values' text.
+const rowOverhead = 16
+
+type resultBudgetKey struct{}
+
+// resultBudget is what is left of one query's byte limit; DuckDB calls
+// budgetFunction on the query's own thread (threads = 1).
+type resultBudget struct {
+	left int64
+	over bool
+}
+
+type budgetUDF struct{}
+
+func (budgetUDF) Config() duckdb.ScalarFuncConfig {
+	size, _ := duckdb.NewTypeInfo(duckdb.TYPE_BIGINT)
+	ok, _ := duckdb.NewTypeInfo(duckdb.TYPE_BOOLEAN)
+	return duckdb.ScalarFuncConfig{InputTypeInfos: []duckdb.TypeInfo{size}, ResultTypeInfo: ok, Volatile: true, SpecialNullHandling: true}
+}
+
+func (budgetUDF) Executor() duckdb.ScalarFuncExecutor {
+	return duckdb.ScalarFuncExecutor{RowContextExecutor: func(ctx context.Context, row []driver.Value) (any, error) {
+		b, _ := ctx.Value(resultBudgetKey{}).(*resultBudget)
+		if b == nil || b.over {
+			return b == nil, nil
+		}
+		size, _ := row[0].(int64)
+		b.left -= size + rowOverhead
+		b.over = b.left < 0
+		return !b.over, nil
+	}}
+}
+
+// registerBudget adds budgetFunction to the catalog, unless this process
+// opened the database before (DuckDB keeps one instance per file).
+func registerBudget(db *sql.DB) error {
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var have bool
+	if err := conn.QueryRowContext(context.Background(), `SELECT count(*) > 0 FROM duckdb_functions() WHERE function_name = $1`,
+		budgetFunction).Scan(&have); err != nil || have {
+		return err
+	}
+	if err := duckdb.RegisterScalarUDF(conn, budgetFunction, budgetUDF{}); err != nil {
+		return fmt.Errorf("register %s: %w", budgetFunction, err)
+	}
+	return nil
+}
+
+// queryNice is the nice value of the threads running queries: DuckDB
+// runs a query on the thread that calls it (threads = 1), and there it
+// competes for the CPU with the recorder's commits at a tenth of their
+// weight rather than as an equal.
+const queryNice = 10
+
+// atQueryPriority runs fn on an OS thread of its own at queryNice. The
+// thread ends with fn (its goroutine exits locked to it), so the lower
+// priority stays with it: raising it back would need CAP_SYS_NICE.
+func atQueryPriority(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer close(done)
+		// Lowering one's priority is always allowed; should it fail,
+		// the query runs at the recorder's.
+		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), queryNice)
+		fn()
+	}()
+	<-done
+}
+
+// failed is err, or the time limit's error when the query ran out of time.
+func (r *Rows) failed(err error) error {
+	if errors.Is(r.ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("query: stopped after %v, the time one query may take (--query-timeout): %w", r.timeout, ErrQueryTimeout)
+	}
+	return err
+}
+
+// Next reads the next row; false at the end, at a limit (Truncated) or on
+// an error (Err).
+func (r *Rows) Next() bool {
+	if r.rows == nil || r.err != nil || r.truncated {
+		return false
+	}
+	if err := r.ctx.Err(); err != nil {
+		r.err = r.failed(fmt.Errorf("query: %w", err))
+		return false
+	}
+	err := r.rows.Next(r.dest)
+	if err == io.EOF {
+		// The rows past the byte budget were left out before the first
+		// was read: DuckDB makes the whole answer first.
+		r.truncated = r.budget != nil && r.budget.over
+		return false
+	}
+	if err != nil {
+		r.err = r.failed(fmt.Errorf("query: %w", err))
+		return false
+	}
+	if r.n == r.maxRows {
+		r.truncated = true
+		return false
+	}
+	row := make([]any, len(r.dest))
+	size := int64(0)
+	for i, v := range r.dest {
+		if b, ok := v.([]byte); ok { // the driver may reuse it
+			v = bytes.Clone(b)
+		}
+		row[i] = v
+		size += valueBytes(v)
+	}
+	if r.bytes+size > r.maxBytes {
+		r.truncated = true
+		return false
+	}
+	r.n++
+	r.bytes += size
+	r.row = row
+	return true
+}
+
+// Row is the row Next read; it stays valid after the next call.
+func (r *Rows) Row() []any { return r.row }
+
+// Truncated says the answer was cut at the row or byte limit.
+func (r *Rows) Truncated() bool { return r.truncated }
+
+// Err is what stopped the reading, if not its end or a limit.
+func (r *Rows) Err() error { return r.err }
+
+// Close ends the query and closes its connection; it may be called again.
+func (r *Rows) Close() error {
+	if r.release == nil {
+		return nil
+	}
+	if r.rows != nil {
+		r.rows.Close()
+	}
+	if r.conn != nil {
+		r.conn.Close()
+	}
+	r.cancel()
+	r.release()
+	r.release = nil
+	return nil
+}
+
+// valueBytes is about what v holds in Go: its header and what it points to.
+func valueBytes(v any) int64 {
+	const header = 16
+	switch x := v.(type) {
+	case string:
+		return header + int64(len(x))
+	case []byte:
+		return header + int64(len(x))
+	case *big.Int:
+		return header + int64(len(x.Bits())*8)
+	case []any:
+		n := int64(header)
+		for _, e := range x {
+			n += valueBytes(e)
+		}
+		return n
+	case map[string]any:
+		n := int64(header)
+		for k, e := range x {
+			n += header + int64(len(k)) + valueBytes(e)
+		}
+		return n
+	case duckdb.Map:
+		n := int64(header)
+		for k, e := range x {
+			n += valueBytes(k) + valueBytes(e)
+		}
+		return n
+	}
+	return header
+}
+
+// Querier answers read-only SQL without arguments: a store through Plain,
+// or a running recorder's API, which takes SQL text only.
+type Querier interface {
+	Query(ctx context.Context, sql string) (*Result, error)
+}
+
+// ArgQuerier answers SQL with placeholder arguments, as a Store does.
+type ArgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (*Result, error)
+}
+
+// Plain is q as a Querier.
+func Plain(q ArgQuerier) Querier { return plain{q} }
+
+type plain struct{ q ArgQuerier }
+
+func (p plain) Query(ctx context.Context, sql string) (*Result, error) { return p.q.Query(ctx, sql) }
