@@ -32,7 +32,10 @@ func TestTraceFlagsAfterQuery(t *testing.T) {
 		if code := run(args, &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
 		}
-		if lines := strings.Count(out.String(), "\n"); lines != 3 {
+		// 3; 2 when the process was off the CPU for two intervals (a
+		// ticker drops the ticks nobody took); 1 (the default 1 s interval) or a
+		// fourth sliver would be wrong.
+		if lines := strings.Count(out.String(), "\n"); lines < 2 || lines > 3 {
 			t.Errorf("%v: %d intervals, want 3:\n%s", args, lines, out.String())
 		}
 	}

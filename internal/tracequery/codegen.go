@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sort"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -1129,16 +1130,8 @@ func (p *Plan) stackMaps() []string {
 	for _, e := range p.Emits {
 		visit(e.Expr)
 	}
-	sortStrings(out)
+	sort.Strings(out)
 	return out
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // placeUSDT reads a marker operand into a stack slot.

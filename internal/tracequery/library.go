@@ -173,6 +173,10 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 			}
 			continue
 		case <-deadline:
+			// A --for of whole intervals ends with a whole one, also
+			// when its tick and the deadline were ready together and
+			// select took the deadline (a loaded machine).
+			partial = ro.Duration%ro.Interval != 0
 		case <-ctx.Done():
 		case <-s.Done():
 		}
