@@ -3,13 +3,15 @@
 # ROUNDS interleaved rounds (holter, then bpftrace, each round), for the
 # same queries:
 #  1. time from the command to its first attached probe, and peak RSS of a
-#     run of HOLD seconds: bench/workloads/tracer_start.c runs either
-#     tracer the same way, polls its perf events until one has a BPF
-#     program on it (BPF_TASK_FD_QUERY, what bpftool perf lists), SIGINTs
-#     it HOLD s later and reads its peak RSS from wait4;
+#     run of HOLD seconds, for an aggregating tracepoint query and an
+#     aggregating uprobe query (libc's malloc): bench/workloads/tracer_start.c
+#     runs either tracer the same way, polls its perf events until one has
+#     a BPF program on it (BPF_TASK_FD_QUERY, what bpftool perf lists),
+#     SIGINTs it HOLD s later and reads its peak RSS from wait4;
 #  2. added cost per event on a syscall loop for two queries — count by
-#     comm, and a log2 histogram of an argument — as ns per call above an
-#     untraced run of the same loop in the same round.
+#     comm, and an entry/exit latency histogram (a begin kept per thread
+#     until its end: bpftrace's @start[tid] pattern) — as ns per call
+#     above an untraced run of the same loop in the same round.
 # Prints medians with their spread (min..max over the rounds) and the
 # ratio holter/bpftrace of each round (median and spread); asserts nothing.
 # HOLTER_TRACE_TIMING shows where holter's start goes (printed once).
@@ -46,26 +48,37 @@ report() {
 		"$(median <"$work/ratio")" "$(spread "$work/ratio")"
 }
 
-hq="SELECT comm, count() FROM syscall.getpid GROUP BY comm"
-bs='tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); }'
+libc=$(ldconfig -p | awk '/libc\.so\.6 .*x86-64/ {print $NF; exit}')
+starts() { # name holter-query bpftrace-script
+	local name=$1 hq=$2 bs=$3 t r
+	: >"$work/th"; : >"$work/tb"; : >"$work/rh"; : >"$work/rb"
+	for _ in $(seq 1 "$ROUNDS"); do
+		read -r t r < <("$work/start" run "$HOLD" "$work/holter" trace --local "$hq")
+		echo "$t" >>"$work/th"; echo "$((r / 1024))" >>"$work/rh"
+		read -r t r < <("$work/start" run "$HOLD" bpftrace -e "$bs")
+		echo "$t" >>"$work/tb"; echo "$((r / 1024))" >>"$work/rb"
+	done
+	report "$name: time to attached" ms "$work/th" "$work/tb"
+	report "$name: peak RSS" MB "$work/rh" "$work/rb"
+}
 echo "== start: exec to first attached probe, and peak RSS of a ${HOLD}-s run; $ROUNDS interleaved rounds"
-echo "   holter: $hq"
-echo "   bpftrace: $bs"
-: >"$work/th"; : >"$work/tb"; : >"$work/rh"; : >"$work/rb"; : >"$work/tv"; : >"$work/rv"
+starts "tracepoint" "SELECT comm, count() FROM syscall.getpid GROUP BY comm" \
+	'tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); }'
+starts "uprobe" "SELECT comm, count() FROM uprobe.\"$libc\".malloc GROUP BY comm" \
+	"uprobe:$libc:malloc { @[comm] = count(); }"
+# Sorted and cut in user space (holter started DuckDB for it before its
+# own evaluator).
+starts "top 5 by count" "SELECT comm, count() AS n FROM syscall.getpid GROUP BY comm ORDER BY n DESC LIMIT 5" \
+	'tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); } END { print(@, 5); clear(@); }'
+: >"$work/tv"; : >"$work/rv"
 for _ in $(seq 1 "$ROUNDS"); do
-	read -r t r < <("$work/start" run "$HOLD" "$work/holter" trace --local "$hq")
-	echo "$t" >>"$work/th"; echo "$((r / 1024))" >>"$work/rh"
-	read -r t r < <("$work/start" run "$HOLD" bpftrace -e "$bs")
-	echo "$t" >>"$work/tb"; echo "$((r / 1024))" >>"$work/rb"
 	read -r t r < <("$work/start" exit "$work/holter" version)
 	echo "$t" >>"$work/tv"; echo "$((r / 1024))" >>"$work/rv"
 done
-report "time to first attached probe" ms "$work/th" "$work/tb"
-report "peak RSS" MB "$work/rh" "$work/rb"
 printf "%-34s %8.2f ms (%s), peak RSS %d MB (%s)\n" "floor: holter version, exec to exit" \
 	"$(median <"$work/tv")" "$(spread "$work/tv")" "$(median <"$work/rv")" "$(spread "$work/rv")"
 echo "holter's start, one run (HOLTER_TRACE_TIMING):"
-HOLTER_TRACE_TIMING=$(date +%s%N) "$work/holter" trace --local --for 1ms "$hq" 2>&1 >/dev/null | sed 's/^/   /'
+HOLTER_TRACE_TIMING=$(date +%s%N) "$work/holter" trace --local --for 1ms "SELECT comm, count() FROM syscall.getpid GROUP BY comm" 2>&1 >/dev/null | sed 's/^/   /'
 
 # stop PID: SIGINT, again every 3 s until it ends (bpftrace 0.17 on a
 # loaded machine sometimes misses one that comes soon after it attached).
@@ -86,9 +99,11 @@ cost() { # name mode holter-query bpftrace-script
 		base=$("$work/calls" "$mode" "$CALLS")
 		"$work/holter" trace --local --interval 10s "$hq" >/dev/null 2>"$work/h.err" & tracer=$!
 		"$work/start" wait $tracer || { cat "$work/h.err" >&2; exit 1; }
+		sleep 0.2 # a query of two probes: both attached
 		h=$("$work/calls" "$mode" "$CALLS"); stop $tracer; tracer=""
 		bpftrace -e "$bs" >"$work/b.out" 2>&1 & tracer=$!
 		"$work/start" wait $tracer || { cat "$work/b.out" >&2; exit 1; }
+		sleep 0.2
 		b=$("$work/calls" "$mode" "$CALLS"); stop $tracer; tracer=""
 		echo "$h - $base" | bc -l >>"$work/dh"
 		echo "$b - $base" | bc -l >>"$work/db"
@@ -100,6 +115,7 @@ echo "== added cost per event: ns per call above the untraced loop, $ROUNDS inte
 cost "count by comm (getpid)" getpid \
 	"SELECT comm, count() FROM syscall.getpid GROUP BY comm" \
 	'tracepoint:syscalls:sys_enter_getpid { @[comm] = count(); }'
-cost "hist of an argument (getpriority)" getpriority \
-	"SELECT hist(who) FROM syscall.getpriority" \
-	'tracepoint:syscalls:sys_enter_getpriority { @ = hist(args->who); }'
+cost "entry/exit latency hist (getpid)" getpid \
+	"SELECT hist(latency) FROM syscall.getpid" \
+	'tracepoint:syscalls:sys_enter_getpid { @s[tid] = nsecs; }
+	 tracepoint:syscalls:sys_exit_getpid /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }'

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,9 +22,20 @@ import (
 // slow; the others carry on.
 
 // readHosts adds to --hosts (parsed already) those of --hosts-file (one a
-// line, # comments).
+// line, # comments). A host listed twice is one agent: merging its
+// partials twice would count its events twice.
 func readHosts(list []string, file string) ([]string, error) {
-	hosts := slices.Clone(list)
+	var hosts []string
+	seen := map[string]bool{}
+	add := func(h string) {
+		if h = strings.TrimSpace(h); h != "" && !seen[h] {
+			seen[h] = true
+			hosts = append(hosts, h)
+		}
+	}
+	for _, h := range list {
+		add(h)
+	}
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
@@ -37,7 +47,7 @@ func readHosts(list []string, file string) ([]string, error) {
 				if err := checkAddress(h); err != nil {
 					return nil, fmt.Errorf("--hosts-file %s:%d: %q is not an address HOST:PORT: %v", file, i+1, h, err)
 				}
-				hosts = append(hosts, h)
+				add(h)
 			}
 		}
 	}
@@ -131,7 +141,7 @@ func traceFanOut(ctx context.Context, hosts []string, token string, plan *traceq
 			}
 			out.hosts = report
 			out.fanout = &fanoutTimes{ArrivalLagMs: lag.Seconds() * 1000, MergeMs: time.Since(began).Seconds() * 1000}
-			if err := out.write(start, end, res, nil, plan.HistCols); err != nil {
+			if err := out.write(start, end, res, nil); err != nil {
 				return err
 			}
 		}

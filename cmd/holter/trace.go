@@ -6,13 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
-	"sort"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,13 +29,19 @@ import (
 func runTrace(args []string, stdout, stderr io.Writer) error {
 	tm := newStartTiming(stderr)
 	tm.phase("main")
+	// A per-event query makes garbage at the rate of its events: collect
+	// it before the heap doubles, so the process stays small (a soft
+	// limit: a query that needs more still gets it).
+	debug.SetMemoryLimit(32 << 20)
 	fs := newFlags("trace", stderr)
 	af := addAgentFlags(fs)
 	interval := valueFlag(fs, "interval", "1s", "print results every interval", durationIn(10*time.Millisecond, 24*time.Hour, ""))
 	dur := valueFlag(fs, "for", "0", "stop after this long (0: until Ctrl-C)", durationIn(time.Millisecond, maxAge, "until Ctrl-C"))
-	asJSON := fs.Bool("json", false, "print each interval as a line of NDJSON")
+	window := valueFlag(fs, "window", "0", "answer over the last WINDOW, sliding by --slide (a sliding window of intervals)", durationIn(10*time.Millisecond, maxAge, "none"))
+	slide := valueFlag(fs, "slide", "0", "with --window, how often the window moves (0: --interval)", durationIn(10*time.Millisecond, 24*time.Hour, "--interval"))
+	asJSON := fs.Bool("json", false, "print each interval (or each row of a per-event query) as a line of NDJSON")
 	save := valueFlag(fs, "save", "", "also keep results in the store as table trace_NAME (visible to holter query)", traceName)
-	list := fs.Bool("list", false, "list sources (matching the argument, a glob or substring) with their fields, and the ready queries")
+	list := fs.Bool("list", false, "list sources (matching the argument, a glob or substring) with their fields, and the ready queries; uprobe.LIB.PATTERN lists a binary's functions")
 	explain := fs.Bool("explain", false, "show what runs in the kernel and what in user space, then exit")
 	verbose := fs.Bool("verbose", false, "with --explain, the generated instructions; on a verifier rejection, its log")
 	unsafeRead := fs.Bool("unsafe-read", false, "allow str() to read user memory at arbitrary addresses")
@@ -42,18 +49,21 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	local := fs.Bool("local", false, "run here even if a recorder's API answers")
 	hostList := valueFlag(fs, "hosts", "", "run across these agents (HOST:PORT,…; the token given is theirs), merging their partial aggregates", addressList)
 	hostsFile := fs.String("hosts-file", "", "file listing agents (HOST:PORT, one a line) to run across")
+	pid := valueFlag(fs, "p", "0", "trace process PID only (its events; ends when it exits)", countIn(0, 1<<22))
+	command := fs.String("c", "", "run COMMAND (through /bin/sh) and trace it only, from its exec to its exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: holter trace [flags] \"SELECT … FROM source …\" | @READY\n"+
+		fmt.Fprintf(stderr, "usage: holter trace [flags] \"SELECT … FROM source …\" | @READY  (flags may come before or after)\n"+
 			"       holter trace [flags] \"WITH live AS (SELECT … FROM source …) SELECT … FROM live JOIN samples …\"  (joined with the recording in --data or the recorder's)\n"+
 			"\nready queries: %s\n\n", strings.Join(tracequery.LibraryNames(), " "))
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	arg := strings.TrimSpace(strings.Join(fs.Args(), " "))
+	arg := strings.TrimSpace(strings.Join(positional, " "))
 	if *list {
-		return listSources(stdout, arg, *asJSON)
+		return listSources(stdout, arg, *asJSON, *pid)
 	}
 	if arg == "" {
 		return usagef(`missing query, e.g. holter trace "SELECT comm, count() FROM syscall.read GROUP BY comm" (holter trace --list shows sources)`)
@@ -62,6 +72,18 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return usagef("no ready query %s (ready: %s)", arg, strings.Join(tracequery.LibraryNames(), " "))
 	}
+	if *pid != 0 && *command != "" {
+		return usagef("-p and -c: trace a running process or a command, not both")
+	}
+	if *slide > 0 {
+		if *window == 0 {
+			return usagef("--slide moves a --window: give both")
+		}
+		*interval = *slide
+	}
+	if *window > 0 && (*window < *interval || *window%*interval != 0) {
+		return usagef("--window %v must be a whole number of slides (%v)", *window, *interval)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := &traceOutput{w: stdout, json: *asJSON, tty: isTerminal(stdout)}
@@ -69,10 +91,35 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	opts := &tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize, PID: *pid}
+	var proc *tracedProcess
+	switch {
+	case *command != "":
+		if proc, err = startGated(*command, stdout, stderr); err != nil {
+			return err
+		}
+		defer proc.kill()
+		opts.PID = proc.pid
+	case *pid != 0:
+		if proc, err = watchProcess(*pid); err != nil {
+			return usagef("-p %d: %v", *pid, err)
+		}
+	}
+	if proc != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			<-proc.exited
+			cancel()
+		}()
+	}
 	if len(hosts) > 0 {
+		if proc != nil || *window > 0 {
+			return usagef("--hosts runs the same query on every agent: not with -p, -c or --window")
+		}
 		tracequery.EnsureTraceFS() // the coordinator compiles against its own catalog
-		plan, err := tracequery.Compile(text, &tracequery.Catalog{KernelFuncProbe: probeKernelFuncs},
-			&tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize})
+		plan, err := tracequery.Compile(text, nil, opts)
 		if err != nil {
 			return err
 		}
@@ -88,18 +135,26 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if !*local {
 		if c, ok := af.agent(); ok {
 			req := server.TraceRequest{Query: text, Interval: interval.String(), Save: *save, UnsafeRead: *unsafeRead,
-				MapSize: *mapSize, Explain: *explain}
+				MapSize: *mapSize, Explain: *explain, PID: opts.PID}
 			if *dur > 0 {
 				req.For = dur.String()
 			}
-			return traceViaAgent(ctx, c, req, out)
+			if *window > 0 {
+				req.Window = window.String()
+			}
+			attached := func() {
+				if proc != nil {
+					// The command waits until the agent's probes are attached.
+					proc.release()
+				}
+			}
+			return traceViaAgent(ctx, c, req, out, attached)
 		}
 	}
 	if _, err := tracequery.EnsureTraceFS(); err != nil {
 		fmt.Fprintf(stderr, "holter trace: %v\n", err)
 	}
-	cat := &tracequery.Catalog{KernelFuncProbe: probeKernelFuncs}
-	plan, err := tracequery.Compile(text, cat, &tracequery.Options{UnsafeRead: *unsafeRead, MapSize: *mapSize})
+	plan, err := tracequery.Compile(text, &tracequery.Catalog{PID: opts.PID}, opts)
 	if err != nil {
 		return err
 	}
@@ -122,7 +177,7 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 		}
 		defer st.Close()
 	}
-	ro := tracequery.RunOptions{Interval: *interval, Duration: *dur}
+	ro := tracequery.RunOptions{Interval: *interval, Duration: *dur, Window: *window}
 	if plan.Query.With != nil {
 		// No recorder answered (or --local): the recording is attached
 		// here, read-only, for the part joined with recorded tables.
@@ -142,8 +197,16 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 	if tm != nil {
 		ro.Phase = tm.phase
 	}
-	if *verbose {
-		ro.Attached = func() { fmt.Fprintln(stderr, "holter trace: probes attached") }
+	ro.Attached = func() {
+		if *verbose {
+			fmt.Fprintln(stderr, "holter trace: probes attached")
+		}
+		if proc != nil {
+			proc.release()
+		}
+	}
+	if plan.PerEvent && st == nil {
+		ro.Row = func(row []any) error { return out.writeRow(plan.Columns, row) }
 	}
 	first := true
 	err = tracequery.Run(ctx, plan, ro, func(iv *tracequery.Interval) error {
@@ -156,13 +219,40 @@ func runTrace(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		return out.write(iv.Start, iv.End, iv.Result, iv.Counters, plan.HistCols)
+		if ro.Row != nil {
+			return out.writeCounters(iv.Start, iv.End, iv.Counters)
+		}
+		return out.write(iv.Start, iv.End, iv.Result, iv.Counters)
 	})
 	var ve *tracequery.VerifierError
 	if errors.As(err, &ve) && *verbose {
 		fmt.Fprintln(stderr, strings.Join(ve.Log, "\n"))
 	}
+	if err == nil && proc != nil {
+		err = proc.wait()
+	}
 	return err
+}
+
+// parseInterspersed parses flags wherever they are among the arguments
+// (holter trace @runqlat --for 2s), and returns the others; after "--"
+// all are arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
 }
 
 // startTiming, when the environment has HOLTER_TRACE_TIMING, prints to
@@ -203,20 +293,9 @@ func (t *startTiming) phase(name string) {
 	t.last = now
 }
 
-// probeKernelFuncs says why kprobes/fentry cannot be used here, or nil.
-func probeKernelFuncs() error {
-	if _, err := os.Stat("/sys/kernel/tracing/kprobe_events"); err != nil {
-		return fmt.Errorf("this kernel has no kprobes (no /sys/kernel/tracing/kprobe_events)")
-	}
-	if b, err := os.ReadFile("/sys/kernel/security/lockdown"); err == nil && !bytes.Contains(b, []byte("[none]")) {
-		return fmt.Errorf("the kernel is locked down (%s)", strings.TrimSpace(string(b)))
-	}
-	return nil
-}
-
-func listSources(w io.Writer, pattern string, asJSON bool) error {
+func listSources(w io.Writer, pattern string, asJSON bool, pid int) error {
 	tracequery.EnsureTraceFS()
-	ls, err := (&tracequery.Catalog{}).List(pattern)
+	ls, err := (&tracequery.Catalog{PID: pid}).List(pattern)
 	if err != nil {
 		return err
 	}
@@ -240,7 +319,7 @@ func listSources(w io.Writer, pattern string, asJSON bool) error {
 	if len(ls) > 20 {
 		fmt.Fprintf(w, "(%d sources; give a pattern, e.g. holter trace --list 'syscall.read', to see fields)\n", len(ls))
 	}
-	fmt.Fprintln(w, "\nbuilt-in fields on every source: time, cpu, pid, tid, uid, comm, cgroup, kstack, ustack")
+	fmt.Fprintln(w, "\nbuilt-in fields on every source: time, cpu, pid, tid, uid, comm, cgroup, kstack, ustack (also as task.NAME)")
 	fmt.Fprintln(w, "\nready queries (holter trace @NAME):")
 	for _, r := range tracequery.Library {
 		if pattern == "" || strings.Contains(r.Name, pattern) {
@@ -259,172 +338,26 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-type traceOutput struct {
-	w         io.Writer
-	json, tty bool
-	// hosts, across hosts, says per host whether it contributed, and
-	// fanout what the interval cost.
-	hosts  map[string]string
-	fanout *fanoutTimes
-}
-
-func (o *traceOutput) write(start, end time.Time, res *store.Result, counters map[string]uint64, hist map[string]bool) error {
-	if o.json {
-		rows := make([]map[string]any, len(res.Rows))
-		res.Sanitize()
-		for i, r := range res.Rows {
-			rows[i] = map[string]any{}
-			for j, v := range r {
-				rows[i][res.Columns[j]] = v
-			}
-		}
-		line := map[string]any{"start": start.UTC(), "end": end.UTC(), "rows": rows, "counters": counters}
-		if o.hosts != nil {
-			line["hosts"] = o.hosts
-		}
-		if o.fanout != nil {
-			line["fanout"] = o.fanout
-		}
-		return json.NewEncoder(o.w).Encode(line)
-	}
-	var b strings.Builder
-	if o.tty {
-		b.WriteString("\x1b[H\x1b[2J")
-	}
-	fmt.Fprintf(&b, "%s – %s\n", start.Format("15:04:05.000"), end.Format("15:04:05.000"))
-	if o.hosts != nil {
-		b.WriteString(hostsLine(o.hosts) + "\n")
-	}
-	// Histogram columns print as bars under the table.
-	plain := &store.Result{Types: res.Types}
-	var histIdx []int
-	for i, c := range res.Columns {
-		if hist[c] || isBuckets(res, i) {
-			histIdx = append(histIdx, i)
-			continue
-		}
-		plain.Columns = append(plain.Columns, c)
-	}
-	for _, r := range res.Rows {
-		var row []any
-		for i, v := range r {
-			if !contains(histIdx, i) {
-				row = append(row, v)
-			}
-		}
-		plain.Rows = append(plain.Rows, row)
-	}
-	if len(plain.Columns) > 0 {
-		plain.WriteTable(&b)
-	}
-	for ri, r := range res.Rows {
-		for _, i := range histIdx {
-			fmt.Fprintf(&b, "\n%s", res.Columns[i])
-			if len(plain.Columns) > 0 {
-				fmt.Fprintf(&b, " (row %d)", ri+1)
-			}
-			b.WriteString(":\n")
-			writeBars(&b, r[i])
-		}
-	}
-	if len(counters) == 0 {
-		b.WriteString("(nothing lost or dropped)\n")
-	} else {
-		var parts []string
-		for k, v := range counters {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-		}
-		sort.Strings(parts)
-		fmt.Fprintf(&b, "(lost or dropped: %s)\n", strings.Join(parts, " "))
-	}
-	_, err := io.WriteString(o.w, b.String())
-	return err
-}
-
-func contains(xs []int, x int) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
-}
-
-func isBuckets(res *store.Result, i int) bool {
-	for _, r := range res.Rows {
-		if l, ok := r[i].([]any); ok && len(l) > 0 {
-			m, ok := l[0].(map[string]any)
-			_, hasLo := m["lo"]
-			return ok && hasLo
-		}
-	}
-	return false
-}
-
-func writeBars(b *strings.Builder, v any) {
-	l, _ := v.([]any)
-	var maxc float64
-	for _, e := range l {
-		m, _ := e.(map[string]any)
-		if c := num(m["count"]); c > maxc {
-			maxc = c
-		}
-	}
-	for _, e := range l {
-		m, _ := e.(map[string]any)
-		c := num(m["count"])
-		n := 0
-		if maxc > 0 {
-			n = int(c / maxc * 40)
-		}
-		fmt.Fprintf(b, "  [%s, %s) %10.0f |%-40s|\n", human(num(m["lo"])), human(num(m["hi"])), c, strings.Repeat("@", n))
-	}
-}
-
-func num(v any) float64 {
-	switch x := v.(type) {
-	case int64:
-		return float64(x)
-	case int32:
-		return float64(x)
-	case uint64:
-		return float64(x)
-	case float64:
-		return x
-	}
-	return 0
-}
-
-func human(x float64) string {
-	switch {
-	case x <= -9e18:
-		return "-inf"
-	case x >= 9e18:
-		return "inf"
-	}
-	v := int64(x)
-	for _, u := range []struct {
-		n int64
-		s string
-	}{{1 << 40, "T"}, {1 << 30, "G"}, {1 << 20, "M"}, {1 << 10, "K"}} {
-		if v >= u.n && v%u.n == 0 {
-			return fmt.Sprintf("%d%s", v/u.n, u.s)
-		}
-	}
-	return fmt.Sprint(v)
-}
-
 // traceViaAgent runs the query in the recorder and prints its stream.
-func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out *traceOutput) error {
+func traceViaAgent(ctx context.Context, c *client, req server.TraceRequest, out *traceOutput, attached func()) error {
+	var columns []string
 	err := c.trace(ctx, req, func(line *server.TraceLine) error {
 		switch {
 		case line.Error != "":
 			return apiError{line.Error}
+		case line.Attached:
+			attached()
 		case line.Explain != "":
 			_, err := io.WriteString(out.w, line.Explain)
 			return err
+		case line.Columns != nil:
+			columns = line.Columns
+		case line.Row != nil:
+			return out.writeRow(columns, line.Row)
 		case line.Result != nil:
-			return out.write(*line.Start, *line.End, line.Result, line.Counters, nil)
+			return out.write(*line.Start, *line.End, line.Result, line.Counters)
+		case line.Start != nil:
+			return out.writeCounters(*line.Start, *line.End, line.Counters)
 		}
 		return nil
 	})

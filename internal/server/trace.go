@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/holter-dev/holter/internal/access"
@@ -23,14 +24,20 @@ type TraceRequest struct {
 	UnsafeRead bool   `json:"unsafe_read,omitempty"`
 	MapSize    int    `json:"map_size,omitempty"`
 	Explain    bool   `json:"explain,omitempty"`
+	Window     string `json:"window,omitempty"` // Go duration: answer over a sliding window, moving by Interval
+	PID        int    `json:"pid,omitempty"`    // trace this process only`
 	// Partials asks for each interval's partial rows, for a coordinator
 	// running the query across hosts (holter trace --hosts).
 	Partials bool `json:"partials,omitempty"`
 }
 
 // TraceLine is one NDJSON line of the answer: an interval, an explanation,
-// or an error.
+// or an error; for a per-event query, its columns once, then each row as it
+// comes, and intervals with their counters alone.
 type TraceLine struct {
+	Attached bool              `json:"attached,omitempty"` // the probes are attached (the first line of a run)
+	Columns  []string          `json:"columns,omitempty"`
+	Row      []any             `json:"row,omitempty"`
 	Start    *time.Time        `json:"start,omitempty"`
 	End      *time.Time        `json:"end,omitempty"`
 	Result   *store.Result     `json:"result,omitempty"`
@@ -72,7 +79,7 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 		for _, d := range []struct {
 			s   string
 			dst *time.Duration
-		}{{req.Interval, &ro.Interval}, {req.For, &ro.Duration}} {
+		}{{req.Interval, &ro.Interval}, {req.For, &ro.Duration}, {req.Window, &ro.Window}} {
 			if d.s == "" {
 				continue
 			}
@@ -86,7 +93,7 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 		// The catalog reads tracefs, which a fresh mount namespace (ip
 		// netns exec, a container) may lack.
 		tracequery.EnsureTraceFS()
-		plan, err := tracequery.Compile(text, nil, &tracequery.Options{UnsafeRead: req.UnsafeRead, MapSize: req.MapSize})
+		plan, err := tracequery.Compile(text, &tracequery.Catalog{PID: req.PID}, &tracequery.Options{UnsafeRead: req.UnsafeRead, MapSize: req.MapSize, PID: req.PID})
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
@@ -128,7 +135,40 @@ func registerTrace(mux *http.ServeMux, opts Options) {
 		// before its first interval ends.
 		w.WriteHeader(http.StatusOK)
 		flush()
+		var mu sync.Mutex // rows come from the probes' reader, intervals from the run
+		perEvent := plan.PerEvent && saver == nil && !req.Partials && ro.Window == 0
+		ro.Attached = func() {
+			mu.Lock()
+			defer mu.Unlock()
+			enc.Encode(TraceLine{Attached: true})
+			if perEvent {
+				enc.Encode(TraceLine{Columns: plan.Columns})
+			}
+			flush()
+		}
+		if perEvent {
+			ro.Row = func(row []any) error {
+				mu.Lock()
+				defer mu.Unlock()
+				r := &store.Result{Rows: [][]any{row}}
+				r.Sanitize()
+				if err := enc.Encode(TraceLine{Row: r.Rows[0]}); err != nil {
+					return err
+				}
+				flush()
+				return nil
+			}
+		}
 		err = tracequery.Run(r.Context(), plan, ro, func(iv *tracequery.Interval) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if ro.Row != nil {
+				if len(iv.Counters) > 0 {
+					enc.Encode(TraceLine{Start: &iv.Start, End: &iv.End, Counters: iv.Counters})
+					flush()
+				}
+				return nil
+			}
 			iv.Result.Sanitize()
 			if saver != nil {
 				if err := saver.SaveTrace(context.WithoutCancel(r.Context()), req.Save, iv.Start, iv.End, iv.Result); err != nil {

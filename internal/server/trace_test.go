@@ -122,10 +122,12 @@ func TestTraceJoinsRecordedTables(t *testing.T) {
 	}
 }
 
-// traceLines reads an answer of POST /api/trace; an error line fails.
+// traceLines reads an answer of POST /api/trace: a line saying the probes
+// are attached, then the lines returned; an error line fails.
 func traceLines(t *testing.T, r io.Reader) []TraceLine {
 	t.Helper()
 	var lines []TraceLine
+	attached := false
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		var l TraceLine
@@ -135,7 +137,40 @@ func traceLines(t *testing.T, r io.Reader) []TraceLine {
 		if l.Error != "" {
 			t.Fatal(l.Error)
 		}
+		if l.Attached {
+			attached = true
+			continue
+		}
+		if !attached {
+			t.Fatalf("line %q before the one saying the probes are attached", sc.Text())
+		}
 		lines = append(lines, l)
 	}
 	return lines
+}
+
+// TestTracePerEventRows: a query without aggregation streams its columns,
+// then each row as its event comes.
+func TestTracePerEventRows(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := tracequery.EnsureTraceFS(); err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, Options{})
+	defer testutil.CallGetppidAs(t, "srvrows")()
+	body, _ := json.Marshal(TraceRequest{Query: "SELECT tid, comm FROM syscall.getppid WHERE comm = 'srvrows'", Interval: "100ms", For: "300ms"})
+	resp, err := http.Post(base+"/api/trace", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := traceLines(t, resp.Body)
+	if len(lines) < 2 || fmt.Sprint(lines[0].Columns) != "[tid comm]" {
+		t.Fatalf("lines %+v, want the columns then rows", lines)
+	}
+	for _, l := range lines[1:] {
+		if l.Row == nil && l.Counters == nil || l.Row != nil && l.Row[1] != "srvrows" {
+			t.Errorf("line %+v, want a row of srvrows (or an interval's losses)", l)
+		}
+	}
 }

@@ -2,8 +2,10 @@ package tracequery
 
 import (
 	"bufio"
+
 	"errors"
 	"fmt"
+	"github.com/cilium/ebpf/btf"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,9 +19,21 @@ import (
 type Type int
 
 const (
-	TInt    Type = iota // 64-bit integer
-	TString             // NUL-terminated, bounded bytes
-	TStack              // a stack id, resolved to frames in user space
+	TInt     Type = iota // 64-bit integer
+	TString              // NUL-terminated, bounded bytes
+	TStack               // a stack id, resolved to frames in user space
+	TPtr                 // an address: compared, grouped and printed, never summed; str() reads a char *
+	TBytes               // a fixed array of bytes (addresses: ntop())
+	TSyscall             // a system call number, named in output (read, openat, …)
+	TLabel               // a CASE of string constants: its branch in the probe, the string in output
+	// User space only.
+	TFloat
+	TBool
+	TNull
+	TBuckets // hist() and lhist(): a list of {lo, hi, count}
+	TList    // sample(): a list of values
+	TRecord  // topk() and kmeans(): a list or struct of results
+	TAny     // a DuckDB function's, known only when DuckDB runs it
 )
 
 func (t Type) String() string {
@@ -28,9 +42,44 @@ func (t Type) String() string {
 		return "string"
 	case TStack:
 		return "stack"
+	case TPtr:
+		return "pointer"
+	case TBytes:
+		return "byte array"
+	case TSyscall:
+		return "syscall"
+	case TLabel:
+		return "string"
+	case TFloat:
+		return "double"
+	case TBool:
+		return "boolean"
+	case TNull:
+		return "NULL"
+	case TBuckets:
+		return "histogram"
+	case TList:
+		return "list"
+	case TRecord:
+		return "record"
+	case TAny:
+		return "value"
 	}
 	return "int"
 }
+
+// a is the type's name with its article, for messages: "an int".
+func (t Type) a() string {
+	n := t.String()
+	if strings.ContainsRune("aeiou", rune(n[0])) {
+		return "an " + n
+	}
+	return "a " + n
+}
+
+// intLike says whether the probe holds t as a 64-bit integer it can
+// compare.
+func intLike(t Type) bool { return t == TInt || t == TSyscall || t == TPtr }
 
 // Side says which probe of a paired source produces a field.
 type Side int
@@ -60,11 +109,25 @@ type Field struct {
 	Offset int  // in the probe's context
 	Size   int  // bytes: of the load for ints, of the buffer for strings
 	Signed bool // sign-extend a load narrower than 8 bytes
+	// Narrow, for a context slot of 8 bytes holding a narrower value (an
+	// argument of a BTF tracepoint or kernel function), is the value's
+	// bytes: the load keeps those, extended by Signed.
+	Narrow int
 	// UserString marks a pointer the kernel declares as a user string
 	// (char * syscall arguments): str() may read it without --unsafe-read.
 	UserString bool
-	Desc       string
-	usdt       *usdtArg
+	// CType is the C type of a pointer or array field ("const char *").
+	CType string
+	// Builtin, for a builtin renamed in a join (a.pid), is its name.
+	Builtin string
+	Desc    string
+	usdt    *usdtArg
+	btf     *btfPath
+}
+
+// stringPointer says whether the field points to chars (str() reads it).
+func (f *Field) stringPointer() bool {
+	return f.Type == TPtr && strings.Count(f.CType, "*") == 1 && strings.Contains(f.CType, "char")
 }
 
 // Builtin fields exist on every source (a source's own field of the same
@@ -89,6 +152,10 @@ const (
 	ProbeUprobe
 	ProbeUretprobe
 	ProbePerf
+	ProbeBTF    // a BTF tracepoint (tp_btf): Event
+	ProbeRawTP  // a raw tracepoint: Event
+	ProbeKfunc  // fentry, or fexit with Return: Symbol
+	ProbeKprobe // kprobe, or kretprobe with Return: Symbol
 )
 
 // Probe is one attachment point of a source.
@@ -103,10 +170,14 @@ type Probe struct {
 	// Perf: a cpu-clock event at Freq Hz on every CPU, or every Period on CPU 0
 	Freq   uint64
 	Period time.Duration
+	// Return: a kernel function's return (fexit, kretprobe).
+	Return bool
 	// Pairing key parts: when PairByTid the thread id, else these context
 	// loads (offset, size) identify the event across the two probes.
 	PairByTid bool
 	PairKey   [][2]int
+	// PairExprs, for a join, are the key's expressions at this probe.
+	PairExprs []Node
 }
 
 func (p Probe) String() string {
@@ -127,6 +198,20 @@ func (p Probe) String() string {
 			return fmt.Sprintf("perf cpu-clock %d Hz on every CPU", p.Freq)
 		}
 		return fmt.Sprintf("perf cpu-clock every %v on CPU 0", p.Period)
+	case ProbeBTF:
+		return "BTF tracepoint " + p.Event
+	case ProbeRawTP:
+		return "raw tracepoint " + p.Event
+	case ProbeKfunc:
+		if p.Return {
+			return "fexit " + p.Symbol
+		}
+		return "fentry " + p.Symbol
+	case ProbeKprobe:
+		if p.Return {
+			return "kretprobe " + p.Symbol
+		}
+		return "kprobe " + p.Symbol
 	}
 	return "?"
 }
@@ -140,21 +225,65 @@ type Source struct {
 	End    Probe
 	Begin  *Probe // nil: not paired
 	Fields []Field
+	// Join, for a temporal join of two streams, says how they meet.
+	Join *JoinSpec
+	// resolve finds fields by path in kernel types (args.prev.comm of a
+	// BTF tracepoint); nil: the source has none.
+	resolve  func(path string) (*Field, error)
+	resolved map[string]*Field
+	// joinRest are the conditions of a join's ON beyond its key.
+	joinRest []Node
 }
 
-// Field returns the source's field of that name, its own or a builtin.
+// Field returns the source's field of that name: its own, a builtin (a
+// source's own field of the same name shadows it), task.NAME (the
+// builtin, always), args.NAME (the own field, as bpftrace writes it), or
+// a path in kernel types.
 func (s *Source) Field(name string) (*Field, bool) {
 	for i := range s.Fields {
 		if s.Fields[i].Name == name {
 			return &s.Fields[i], true
 		}
 	}
-	for i := range Builtins {
-		if Builtins[i].Name == name {
-			return &Builtins[i], true
+	if b, ok := strings.CutPrefix(name, "task."); ok {
+		if f := builtin(b); f != nil {
+			return f, true
 		}
+		return nil, false
+	}
+	if f := builtin(name); f != nil {
+		return f, true
+	}
+	if own, ok := strings.CutPrefix(name, "args."); ok && !strings.Contains(own, ".") {
+		return s.Field(own)
+	}
+	if s.resolve != nil && strings.Contains(name, ".") {
+		if f, ok := s.resolved[name]; ok {
+			return f, true
+		}
+		f, err := s.resolve(name)
+		if err != nil {
+			return nil, false
+		}
+		if s.resolved == nil {
+			s.resolved = map[string]*Field{}
+		}
+		s.resolved[name] = f
+		return f, true
 	}
 	return nil, false
+}
+
+// pathError is the error for a name that looks like a path in kernel
+// types but is not one, or nil.
+func (s *Source) pathError(x *Ident) error {
+	if s.resolve == nil || !strings.Contains(x.Name, ".") {
+		return nil
+	}
+	if _, err := s.resolve(x.Name); err != nil {
+		return errAt(x, "%v", err)
+	}
+	return nil
 }
 
 // ErrKernelFuncUnavailable says kernel function probes cannot run here.
@@ -164,9 +293,15 @@ var ErrKernelFuncUnavailable = errors.New("kernel function probes unavailable")
 // be tested against fixture trees.
 type Catalog struct {
 	TraceFS string // default /sys/kernel/tracing
-	// KernelFuncProbe reports why kprobe/kfunc sources cannot run; nil
-	// means they can (they are then still not implemented: see doc.go).
-	KernelFuncProbe func() error
+	// KernelFuncProbe says why a kind of kernel function probe ("kprobe"
+	// or "kfunc") cannot run here, or nil if it can; nil means
+	// ProbeKernelFuncs, which asks the kernel.
+	KernelFuncProbe func(kind string) error
+	// BTF is the kernel's BTF; nil means the running kernel's.
+	BTF func() (*btf.Spec, error)
+	// PID, if set, is the process traced: uprobe.LIB.SYMBOL looks for LIB
+	// among its mappings first.
+	PID int
 }
 
 func (c *Catalog) tracefs() string {
@@ -249,18 +384,20 @@ func parseFormatField(line string) (Field, bool) {
 		f.Type, f.Loc, f.Size = TString, LocDataLoc, 64
 	case strings.Contains(ctype, "char") && arr != "" && !strings.Contains(ctype, "*"):
 		f.Type = TString
+	case arr != "" && !strings.Contains(ctype, "*") && size > 0 && size <= 64:
+		// Addresses (saddr, daddr) and other small arrays: bytes, which
+		// ntop() writes as an IP address.
+		f.Type, f.CType = TBytes, strings.TrimSpace(ctype+" "+arr)
 	case arr != "" || strings.HasPrefix(ctype, "__data_loc"):
 		return Field{}, false // other arrays: not offered
 	case size != 1 && size != 2 && size != 4 && size != 8:
 		return Field{}, false
+	case strings.Contains(ctype, "*"):
+		f.Type, f.Signed, f.CType = TPtr, false, ctype
+		// Syscall tracepoints declare the user pointers they get.
+		f.UserString = strings.Contains(ctype, "char")
 	default:
 		f.Type = TInt
-		if strings.Contains(ctype, "*") || strings.HasSuffix(decl, "*"+name) {
-			f.Signed = false
-			if strings.Contains(ctype, "char") {
-				f.UserString = true
-			}
-		}
 	}
 	return f, true
 }
@@ -295,9 +432,9 @@ func (c *Catalog) Lookup(ref SourceRef) (*Source, error) {
 		return c.syscall(p[1], bad)
 	case "uprobe", "uretprobe":
 		if len(p) != 3 {
-			return nil, bad(`a user function source is %s."PATH".SYMBOL, e.g. uprobe."/usr/bin/bash".readline`, p[0])
+			return nil, bad(`a user function source is %s.BINARY.SYMBOL, BINARY a library or program name or a quoted path: uprobe.libc.malloc, uprobe."/usr/bin/bash".readline`, p[0])
 		}
-		return uprobeSource(p[1], p[2], bad)
+		return c.uprobeSource(strings.ToLower(p[0]), p[1], p[2], bad)
 	case "usdt":
 		if len(p) != 4 {
 			return nil, bad(`a static marker source is usdt."PATH".PROVIDER.NAME`)
@@ -324,14 +461,31 @@ func (c *Catalog) Lookup(ref SourceRef) (*Source, error) {
 		return &Source{Name: "interval." + p[1], Desc: "a timer on CPU 0",
 			End: Probe{Kind: ProbePerf, Period: d}}, nil
 	case "kprobe", "kretprobe", "kfunc", "kretfunc", "fentry", "fexit":
-		reason := errors.New("not probed")
+		if len(p) != 2 {
+			return nil, bad("a kernel function source is %s.FUNCTION, e.g. %s.vfs_read", p[0], p[0])
+		}
+		kind := strings.ToLower(p[0])
+		family := "kfunc"
+		if strings.HasPrefix(kind, "kprobe") || strings.HasPrefix(kind, "kretprobe") {
+			family = "kprobe"
+		}
+		probe := ProbeKernelFuncs
 		if c != nil && c.KernelFuncProbe != nil {
-			reason = c.KernelFuncProbe()
+			probe = c.KernelFuncProbe
 		}
-		if reason == nil {
-			reason = errors.New("kernel function sources are not implemented yet; use tracepoints")
+		if reason := probe(family); reason != nil {
+			return nil, bad("%v: %s sources cannot run here: %v; tracepoints (tracepoint.GROUP.EVENT, tp_btf.EVENT) can", ErrKernelFuncUnavailable, kind, reason)
 		}
-		return nil, bad("%v: %v", ErrKernelFuncUnavailable, reason)
+		return c.kernelFunction(kind, p[1], bad)
+	case "tp_btf", "rawtracepoint", "raw_tracepoint", "raw_tp":
+		if len(p) < 2 || len(p) > 3 {
+			return nil, bad("a BTF tracepoint source is %s.EVENT, e.g. %s.sched_switch", p[0], p[0])
+		}
+		kind := strings.ToLower(p[0])
+		if kind != "tp_btf" {
+			kind = "rawtracepoint"
+		}
+		return c.btfTracepoint(kind, p[len(p)-1], bad)
 	}
 	for _, d := range derived {
 		if strings.EqualFold(ref.String(), d.name) {
@@ -356,7 +510,7 @@ func (c *Catalog) syscall(name string, bad func(string, ...any) error) (*Source,
 		for _, f := range enter {
 			switch f.Name {
 			case "id":
-				f.Name, f.Desc, f.Side = "nr", "syscall number", SideBegin
+				f.Name, f.Desc, f.Side, f.Type = "nr", "system call (its number in the probe, its name in output)", SideBegin, TSyscall
 				fields = append(fields, f)
 			}
 		}
@@ -413,14 +567,24 @@ func (c *Catalog) syscall(name string, bad func(string, ...any) error) (*Source,
 // x86-64 struct pt_regs offsets of the argument and return registers.
 var ptRegsArgs = []int{112, 104, 96, 88, 72, 64} // di, si, dx, cx, r8, r9
 
-const ptRegsAX = 80
+const (
+	ptRegsAX = 80
+	ptRegsIP = 128
+)
 
-func uprobeSource(path, sym string, bad func(string, ...any) error) (*Source, error) {
-	if !filepath.IsAbs(path) {
-		return nil, bad("uprobe path %q: give an absolute path", path)
+func (c *Catalog) uprobeSource(kind, name, sym string, bad func(string, ...any) error) (*Source, error) {
+	pid := 0
+	if c != nil {
+		pid = c.PID
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, bad("uprobe path %s: %v", path, err)
+	path, err := resolveBinary(name, pid)
+	if err != nil {
+		return nil, bad("uprobe binary %s: %v", name, err)
+	}
+	if fns, err := functions(path, sym); err != nil {
+		return nil, bad("uprobe binary %s: %v", path, err)
+	} else if len(fns) == 0 {
+		return nil, bad("no function %s in %s (holter trace --list '%s.%s.%s*' lists its functions)", sym, path, kind, name, sym[:min(len(sym), 3)])
 	}
 	var fields []Field
 	for i, off := range ptRegsArgs {
@@ -428,6 +592,7 @@ func uprobeSource(path, sym string, bad func(string, ...any) error) (*Source, er
 			Desc: "integer argument (System V x86-64 register)"})
 	}
 	fields = append(fields,
+		Field{Name: "ip", Type: TInt, Side: SideBegin, Offset: ptRegsIP, Size: 8, Desc: "the function's address (usym(ip) names it)"},
 		Field{Name: "ret", Type: TInt, Offset: ptRegsAX, Size: 8, Signed: true, Desc: "return value"},
 		Field{Name: "latency", Type: TInt, Loc: LocLatency, Desc: "ns from entry to return"})
 	b := Probe{Kind: ProbeUprobe, Path: path, Symbol: sym, PairByTid: true}
@@ -560,6 +725,7 @@ func (c *Catalog) List(pattern string) ([]Listing, error) {
 	add(`uprobe."PATH".SYMBOL`, "user function entry, return and latency (arg0..arg5, ret, latency)")
 	add(`usdt."PATH".PROVIDER.NAME`, "static marker in a program's ELF notes (arg0..argN); holter trace --list 'usdt.\"PATH\"' lists a file's")
 	add("kprobe.FUNCTION / kfunc.FUNCTION", "kernel function entry/return, where the kernel allows it")
+	add("tp_btf.EVENT / rawtracepoint.EVENT", "a tracepoint's arguments with their kernel types, by path (args.prev.comm)")
 	add("syscall.any", "every system call (nr, arg0..arg5, ret, latency)")
 	groups, err := os.ReadDir(filepath.Join(c.tracefs(), "events"))
 	if err != nil {
@@ -581,6 +747,36 @@ func (c *Catalog) List(pattern string) ([]Listing, error) {
 				continue
 			}
 			add("tracepoint."+g.Name()+"."+e.Name(), "")
+		}
+	}
+	if kind, rest, ok := strings.Cut(pattern, "."); ok && (kind == "uprobe" || kind == "uretprobe") {
+		binary, glob, ok := strings.Cut(rest, ".")
+		if strings.HasPrefix(rest, `"`) {
+			if end := strings.Index(rest[1:], `".`); end >= 0 {
+				binary, glob, ok = rest[1:end+1], rest[end+3:], true
+			}
+		}
+		if !ok || binary == "" || glob == "" {
+			return nil, fmt.Errorf("list a binary's functions with %s.BINARY.PATTERN, e.g. %s.libc.mall*", kind, kind)
+		}
+		pid := 0
+		if c != nil {
+			pid = c.PID
+		}
+		path, err := resolveBinary(binary, pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", binary, err)
+		}
+		fns, err := functions(path, glob)
+		if err != nil {
+			return nil, fmt.Errorf("functions of %s: %w", path, err)
+		}
+		names = names[:0]
+		for _, fn := range fns {
+			names = append(names, Listing{Source: fmt.Sprintf("%s.%q.%s", kind, path, fn)})
+		}
+		if len(names) > 20 {
+			return names, nil
 		}
 	}
 	if strings.HasPrefix(pattern, "usdt.") {

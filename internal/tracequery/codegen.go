@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sort"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -13,15 +15,24 @@ import (
 // Counters the probes keep, one 8-byte slot each in the "counters" map.
 const (
 	CounterMapFull   = iota // aggregation keys dropped: the map was full
-	CounterStashFull        // begun events not kept: the pairing map was full
-	CounterUnmatched        // ends without a kept begin (begun before attach, or dropped)
+	CounterUnmatched        // ends without a kept begin (begun before attach, or evicted)
 	CounterStackLost        // stacks not captured (stack map full or unwinding failed)
 	CounterRingLost         // events not streamed: the ring buffer was full
+	CounterDivZero          // events skipped: a division or remainder by zero
 	numCounters
 )
 
 // CounterNames name the counters in output.
-var CounterNames = [numCounters]string{"map_full", "stash_full", "unmatched", "stack_lost", "ring_lost"}
+var CounterNames = [numCounters]string{"map_full", "unmatched", "stack_lost", "ring_lost", "div_zero"}
+
+// The pairing map's counters, per CPU (they are on every event's path,
+// where an atomic add costs): begins put as a new key, and taken out by
+// their end. Session.readCounters reports evictions from them.
+const (
+	pairPut = iota
+	pairTaken
+	numPairCounters
+)
 
 // Program is one generated probe program and where it attaches.
 type Program struct {
@@ -47,6 +58,7 @@ type loc struct {
 	off    int16 // stack offset, or context offset
 	size   int
 	signed bool
+	narrow int // see Field.Narrow
 	typ    Type
 }
 
@@ -115,6 +127,22 @@ func (g *gen) count(counter int) {
 
 func (g *gen) exitLabel() string { return "exit" }
 
+// countPair adds one to this CPU's pairing counter (no atomic needed).
+func (g *gen) countPair(counter int) {
+	key := g.alloc(8)
+	none := g.newLabel("no_pairs")
+	g.emit(storeZero(key),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("pairs"),
+		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(key)),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, none),
+		asm.LoadMem(asm.R1, asm.R0, int16(8*counter), asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, int16(8*counter), asm.R1, asm.DWord))
+	g.mark(none)
+	g.emit(asm.Mov.Reg(asm.R0, asm.R0))
+}
+
 // Programs generates the probe programs of the plan.
 func (p *Plan) Programs() ([]*Program, error) {
 	var out []*Program
@@ -124,16 +152,24 @@ func (p *Plan) Programs() ([]*Program, error) {
 		if g.err != nil {
 			return nil, g.err
 		}
-		typ := ebpf.TracePoint
-		switch r.probe.Kind {
-		case ProbeUprobe, ProbeUretprobe:
-			typ = ebpf.Kprobe
-		case ProbePerf:
-			typ = ebpf.PerfEvent
-		}
 		name := map[role]string{roleSingle: "probe", roleBegin: "probe_begin", roleEnd: "probe_end"}[r.role]
-		out = append(out, &Program{Name: name, Probe: r.probe, Spec: &ebpf.ProgramSpec{
-			Name: name, Type: typ, License: "GPL", Instructions: g.insns}})
+		spec := &ebpf.ProgramSpec{Name: name, Type: ebpf.TracePoint, License: "GPL", Instructions: g.insns}
+		switch pb := r.probe; pb.Kind {
+		case ProbeUprobe, ProbeUretprobe, ProbeKprobe:
+			spec.Type = ebpf.Kprobe
+		case ProbePerf:
+			spec.Type = ebpf.PerfEvent
+		case ProbeRawTP:
+			spec.Type = ebpf.RawTracepoint
+		case ProbeBTF:
+			spec.Type, spec.AttachType, spec.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, pb.Event
+		case ProbeKfunc:
+			spec.Type, spec.AttachType, spec.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, pb.Symbol
+			if pb.Return {
+				spec.AttachType = ebpf.AttachTraceFExit
+			}
+		}
+		out = append(out, &Program{Name: name, Probe: r.probe, Spec: spec})
 	}
 	return out, nil
 }
@@ -144,13 +180,14 @@ type roleProbe struct {
 }
 
 // roles decides which probes of the source the query needs: a paired
-// source whose query reads only one side's fields attaches only that side.
+// source whose query reads only one side's fields attaches only that side;
+// a join always needs both.
 func (p *Plan) roles() []roleProbe {
 	src := p.Source
 	if src.Begin == nil {
 		return []roleProbe{{roleSingle, src.End}}
 	}
-	begin, end := false, false
+	begin, end := src.Join != nil, src.Join != nil
 	for _, f := range p.Fields {
 		if _, own := ownField(src, f.Name); !own {
 			continue
@@ -185,7 +222,8 @@ func ownField(src *Source, name string) (*Field, bool) {
 }
 
 // stashLayout is the value a begin probe keeps for its end: the begin time,
-// then the begin-side fields the query reads, in name order.
+// then the begin-side fields the query reads (a join's left builtins
+// among them), in name order.
 func (p *Plan) stashLayout() (size int, offs map[string]int, fields []*Field) {
 	offs = map[string]int{}
 	size = 8
@@ -196,17 +234,22 @@ func (p *Plan) stashLayout() (size int, offs map[string]int, fields []*Field) {
 		fc := f
 		offs[f.Name] = size
 		fields = append(fields, &fc)
-		if f.Type == TString {
+		switch f.Type {
+		case TString, TBytes:
 			size += (f.Size + 7) &^ 7
-		} else {
+		default:
 			size += 8
 		}
 	}
 	return size, offs, fields
 }
 
+// pairKeySize is the bytes of the pairing map's key.
+func (p *Plan) pairKeySize() int {
+	return 8 * max(len(p.Source.End.PairKey)+len(p.Source.End.PairExprs), 1)
+}
+
 func (g *gen) program() {
-	p := g.p
 	g.emit(asm.Mov.Reg(asm.R6, asm.R1))
 	switch g.role {
 	case roleBegin:
@@ -219,35 +262,39 @@ func (g *gen) program() {
 	}
 	g.mark(g.exitLabel())
 	g.emit(asm.Mov.Imm(asm.R0, 0), asm.Return())
-	_ = p
 }
 
 // ctxFields places the fields read from this probe's context.
 func (g *gen) ctxFields() {
 	for _, f := range g.p.Fields {
-		if _, own := ownField(g.p.Source, f.Name); !own || f.Loc == LocLatency || f.Loc == LocUSDT {
+		if _, own := ownField(g.p.Source, f.Name); !own || f.Loc != LocCtx && f.Loc != LocDataLoc {
 			continue
 		}
-		if g.p.Source.Begin != nil && g.role == roleEnd && f.Side == SideBegin {
+		if g.p.Source.Begin != nil && (g.role == roleEnd) == (f.Side == SideBegin) && g.role != roleSingle {
 			continue
 		}
-		g.locs[f.Name] = loc{off: int16(f.Offset), size: f.Size, signed: f.Signed, typ: f.Type}
+		g.locs[f.Name] = loc{off: int16(f.Offset), size: f.Size, signed: f.Signed, narrow: f.Narrow, typ: f.Type}
 	}
 }
 
 // pairKey builds the key that joins a begin with its end at off.
-func (g *gen) pairKey(pr Probe) (int16, int) {
-	n := max(len(pr.PairKey), 1)
+func (g *gen) pairKey(pr Probe) int16 {
+	n := max(len(pr.PairKey)+len(pr.PairExprs), 1)
 	off := g.alloc(8 * n)
 	if pr.PairByTid {
 		g.emit(asm.FnGetCurrentPidTgid.Call(), asm.StoreMem(asm.R10, off, asm.R0, asm.DWord))
-		return off, 8
+		return off
 	}
 	for i, k := range pr.PairKey {
 		g.loadCtx(asm.R0, loc{off: int16(k[0]), size: k[1]})
 		g.emit(asm.StoreMem(asm.R10, off+int16(8*i), asm.R0, asm.DWord))
 	}
-	return off, 8 * n
+	for i, e := range pr.PairExprs {
+		g.materialize(e)
+		r := g.eval(e, 0)
+		g.emit(asm.StoreMem(asm.R10, off+int16(8*(len(pr.PairKey)+i)), r, asm.DWord))
+	}
+	return off
 }
 
 func (g *gen) begin() {
@@ -261,25 +308,44 @@ func (g *gen) begin() {
 		g.filter()
 	}
 	size, offs, fields := p.stashLayout()
-	key, _ := g.pairKey(*p.Source.Begin)
+	key := g.pairKey(*p.Source.Begin)
 	buf := g.alloc(size)
 	for _, f := range fields {
 		o := buf + int16(offs[f.Name])
-		if f.Type == TString {
-			g.readCtxString(o, g.locs[f.Name])
-			continue
+		if f.Loc == LocBuiltin {
+			g.place(f.Name)
 		}
-		g.loadCtx(asm.R0, g.locs[f.Name])
-		g.emit(asm.StoreMem(asm.R10, o, asm.R0, asm.DWord))
+		l := g.locs[f.Name]
+		switch {
+		case f.Type == TString && l.stack, f.Type == TBytes:
+			g.copyStack(o, l.off, (f.Size+7)&^7)
+		case f.Type == TString:
+			g.readCtxString(o, l)
+		default:
+			g.loadCtx(asm.R0, l)
+			g.emit(asm.StoreMem(asm.R10, o, asm.R0, asm.DWord))
+		}
 	}
+	// Put it as a new key, counted, or over the key's older begin (the
+	// newer begin of a thread, or a join's latest left event, wins). The
+	// map is an LRU hash: when full, it evicts its least recently used
+	// begin (Session.readCounters counts them).
+	put := g.newLabel("put")
 	g.emit(asm.FnKtimeGetNs.Call(), asm.StoreMem(asm.R10, buf, asm.R0, asm.DWord),
 		asm.LoadMapPtr(asm.R1, 0).WithReference("stash"),
 		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(key)),
 		asm.Mov.Reg(asm.R3, asm.R10), asm.Add.Imm(asm.R3, int32(buf)),
-		asm.Mov.Imm(asm.R4, 0), // BPF_ANY: a newer begin of the same thread wins
+		asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
 		asm.FnMapUpdateElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, g.exitLabel()))
-	g.count(CounterStashFull)
+		asm.JNE.Imm(asm.R0, 0, put))
+	g.countPair(pairPut)
+	g.emit(asm.Ja.Label(g.exitLabel()))
+	g.mark(put)
+	g.emit(asm.LoadMapPtr(asm.R1, 0).WithReference("stash"),
+		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(key)),
+		asm.Mov.Reg(asm.R3, asm.R10), asm.Add.Imm(asm.R3, int32(buf)),
+		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
+		asm.FnMapUpdateElem.Call())
 }
 
 // threadBuiltins are the builtins that do not change between a thread's
@@ -292,7 +358,7 @@ func (g *gen) filterOnBeginOnly() bool {
 		if id, isID := n.(*Ident); isID {
 			f, own := ownField(g.p.Source, id.Name)
 			switch {
-			case !own && g.p.Source.Begin.PairByTid && threadBuiltins[id.Name]:
+			case !own && g.p.Source.Begin.PairByTid && threadBuiltins[strings.TrimPrefix(id.Name, "task.")]:
 				// Same thread at begin and end: these are the same there.
 			case !own || f.Side != SideBegin || f.Loc == LocLatency:
 				ok = false
@@ -310,7 +376,7 @@ func (g *gen) end() {
 	p := g.p
 	g.ctxFields()
 	size, offs, fields := p.stashLayout()
-	key, _ := g.pairKey(p.Source.End)
+	key := g.pairKey(p.Source.End)
 	buf := g.alloc(size)
 	noBegin := g.newLabel("no_begin")
 	g.emit(asm.LoadMapPtr(asm.R1, 0).WithReference("stash"),
@@ -320,9 +386,16 @@ func (g *gen) end() {
 	for i := 0; i < size; i += 8 {
 		g.emit(asm.LoadMem(asm.R1, asm.R0, int16(i), asm.DWord), asm.StoreMem(asm.R10, buf+int16(i), asm.R1, asm.DWord))
 	}
-	g.emit(asm.LoadMapPtr(asm.R1, 0).WithReference("stash"),
-		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(key)),
-		asm.FnMapDeleteElem.Call())
+	if j := p.Source.Join; j == nil || j.Kind == JoinFollowedBy {
+		// The begin is taken: the next end of its key needs a newer one.
+		taken := g.newLabel("taken")
+		g.emit(asm.LoadMapPtr(asm.R1, 0).WithReference("stash"),
+			asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, int32(key)),
+			asm.FnMapDeleteElem.Call(),
+			asm.JNE.Imm(asm.R0, 0, taken))
+		g.countPair(pairTaken)
+		g.mark(taken)
+	}
 	for _, f := range fields {
 		g.locs[f.Name] = loc{stack: true, off: buf + int16(offs[f.Name]), size: f.Size, typ: f.Type}
 	}
@@ -342,9 +415,10 @@ func (g *gen) end() {
 	}
 	g.emit(asm.Ja.Label(g.exitLabel()))
 	g.mark(noBegin)
-	if p.Filter == nil || !g.filterOnBeginOnly() {
+	if j := p.Source.Join; (j == nil || j.Kind == JoinFollowedBy) && (p.Filter == nil || !g.filterOnBeginOnly()) {
 		// With the filter at the begin, ends of filtered-out events miss
 		// by design; otherwise a miss is an end whose begin was not seen.
+		// (A JOIN's right event without a left one meets nothing: no loss.)
 		g.count(CounterUnmatched)
 	}
 }
@@ -375,15 +449,19 @@ func (g *gen) materializeRest() {
 	}
 }
 
-// materialize computes into stack slots the builtins and strings that n
-// reads and that are not placed yet.
+// materialize computes into stack slots the builtins, strings and stacks
+// that n reads and that are not placed yet.
 func (g *gen) materialize(n Node) {
 	walk(n, func(x Node) bool {
 		switch y := x.(type) {
 		case *Ident:
 			g.place(y.Name)
+		case *Index:
+			g.placeIndex(y)
+			return false
 		case *Call:
-			if y.Name == "str" {
+			switch y.Name {
+			case "str":
 				k := exprKey(y)
 				if _, ok := g.locs[k]; ok {
 					return false
@@ -398,10 +476,23 @@ func (g *gen) materialize(n Node) {
 					asm.FnProbeReadUserStr.Call())
 				g.locs[k] = loc{stack: true, off: off, size: g.p.Opts.StrSize, typ: TString}
 				return false
+			case "kstack", "ustack":
+				if len(y.Args) == 1 {
+					g.placeStack(exprKey(y), y.Name == "ustack", int(y.Args[0].(*Number).Int))
+					return false
+				}
 			}
 		}
 		return true
 	})
+}
+
+// builtinName is the builtin a field is: itself, or a join's a.pid.
+func builtinName(f *Field) string {
+	if f.Builtin != "" {
+		return f.Builtin
+	}
+	return f.Name
 }
 
 func (g *gen) place(name string) {
@@ -418,6 +509,10 @@ func (g *gen) place(name string) {
 		g.placeUSDT(f)
 		return
 	}
+	if ok && f.Loc == LocBTF {
+		g.placeBTF(name, f)
+		return
+	}
 	if !ok || f.Loc != LocBuiltin {
 		return
 	}
@@ -427,7 +522,7 @@ func (g *gen) place(name string) {
 		g.locs[name] = loc{stack: true, off: off, size: 8, typ: f.Type}
 		return off
 	}
-	switch name {
+	switch builtinName(f) {
 	case "pid":
 		g.emit(asm.FnGetCurrentPidTgid.Call(), asm.RSh.Imm(asm.R0, 32))
 		slot()
@@ -441,7 +536,8 @@ func (g *gen) place(name string) {
 		g.emit(asm.FnGetSmpProcessorId.Call())
 		slot()
 	case "time":
-		g.emit(asm.FnKtimeGetNs.Call())
+		// Unix ns: the monotonic clock plus the offset Start measured.
+		g.emit(asm.FnKtimeGetNs.Call(), asm.LoadImm(asm.R1, g.p.BootOffset, asm.DWord), asm.Add.Reg(asm.R0, asm.R1))
 		slot()
 	case "cgroup":
 		g.emit(asm.FnGetCurrentCgroupId.Call())
@@ -452,27 +548,54 @@ func (g *gen) place(name string) {
 			asm.Mov.Imm(asm.R2, 16), asm.FnGetCurrentComm.Call())
 		g.locs[name] = loc{stack: true, off: off, size: 16, typ: TString}
 	case "kstack", "ustack":
-		flags := int32(0)
-		if name == "ustack" {
-			flags = 1 << 8 // BPF_F_USER_STACK
-		}
-		ok, lost := g.newLabel("stack_ok"), g.newLabel("stack_lost")
-		g.emit(asm.Mov.Reg(asm.R1, asm.R6),
-			asm.LoadMapPtr(asm.R2, 0).WithReference("stacks"),
-			asm.Mov.Imm(asm.R3, flags),
-			asm.FnGetStackid.Call(),
-			asm.JSGE.Imm(asm.R0, 0, ok),
-			// -EFAULT: no stack of that kind (a user-mode sample has no
-			// kernel stack); not a loss.
-			asm.JNE.Imm(asm.R0, -14, lost),
-			asm.Mov.Imm(asm.R0, -2),
-			asm.Ja.Label(ok))
-		g.mark(lost)
-		g.count(CounterStackLost)
-		g.emit(asm.Mov.Imm(asm.R0, -1))
-		g.mark(ok)
-		slot()
+		g.placeStack(name, builtinName(f) == "ustack", 0)
 	}
+}
+
+// stackDepthTag marks the stack id of a stack of a set depth (kstack(n)):
+// id + n*stackDepthTag, for the stack map of that depth.
+const stackDepthTag = 1 << 32
+
+// stackMapName is the stack map of stacks of depth frames (0: the most).
+func stackMapName(depth int) string {
+	if depth == 0 {
+		return "stacks"
+	}
+	return fmt.Sprintf("stacks%d", depth)
+}
+
+// placeStack takes the current kernel or user stack's id into a slot
+// named key; depth, if not 0, keeps that many frames (its own map, so
+// that stacks alike in their first frames are one).
+func (g *gen) placeStack(key string, user bool, depth int) {
+	flags := int32(0)
+	if user {
+		flags = 1 << 8 // BPF_F_USER_STACK
+	}
+	ok, lost, done := g.newLabel("stack_ok"), g.newLabel("stack_lost"), g.newLabel("stack_done")
+	g.emit(asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, 0).WithReference(stackMapName(depth)),
+		asm.Mov.Imm(asm.R3, flags),
+		asm.FnGetStackid.Call(),
+		asm.JSGE.Imm(asm.R0, 0, ok),
+		// -EFAULT: no stack of that kind (a user-mode sample has no
+		// kernel stack); not a loss.
+		asm.JNE.Imm(asm.R0, -14, lost),
+		asm.Mov.Imm(asm.R0, -2),
+		asm.Ja.Label(done))
+	g.mark(lost)
+	g.count(CounterStackLost)
+	g.emit(asm.Mov.Imm(asm.R0, -1), asm.Ja.Label(done))
+	g.mark(ok)
+	if depth > 0 {
+		g.emit(asm.LoadImm(asm.R1, int64(depth)*stackDepthTag, asm.DWord), asm.Add.Reg(asm.R0, asm.R1))
+	} else {
+		g.emit(asm.Mov.Reg(asm.R0, asm.R0))
+	}
+	g.mark(done)
+	off := g.alloc(8)
+	g.emit(asm.StoreMem(asm.R10, off, asm.R0, asm.DWord))
+	g.locs[key] = loc{stack: true, off: off, size: 8, typ: TStack}
 }
 
 // loadCtx loads an integer from the context into r, extended to 64 bits.
@@ -483,8 +606,17 @@ func (g *gen) loadCtx(r asm.Register, l loc) {
 	}
 	sz := map[int]asm.Size{1: asm.Byte, 2: asm.Half, 4: asm.Word, 8: asm.DWord}[l.size]
 	g.emit(asm.LoadMem(r, asm.R6, l.off, sz))
-	if l.signed && l.size < 8 {
-		sh := int32(64 - 8*l.size)
+	bytes := l.size
+	if l.narrow > 0 && l.narrow < 8 {
+		// A slot of 8 bytes holding a narrower argument.
+		bytes = l.narrow
+		if !l.signed {
+			sh := int32(64 - 8*bytes)
+			g.emit(asm.LSh.Imm(r, sh), asm.RSh.Imm(r, sh))
+		}
+	}
+	if l.signed && bytes < 8 {
+		sh := int32(64 - 8*bytes)
 		g.emit(asm.LSh.Imm(r, sh), asm.ArSh.Imm(r, sh))
 	}
 }
@@ -582,9 +714,7 @@ func (g *gen) eval(n Node, d int) asm.Register {
 	case *Binary:
 		g.binary(x, d)
 	default:
-		if g.err == nil {
-			g.err = errAt(n, "the probe cannot compute this")
-		}
+		g.evalMore(n, d)
 	}
 	return r
 }
@@ -621,7 +751,10 @@ func (g *gen) binary(x *Binary, d int) {
 		g.mark(done)
 		return
 	}
-	if lt, rt := g.typeOf(x.L), g.typeOf(x.R); lt == TString || rt == TString {
+	if g.syscallCompare(x, d) {
+		return
+	}
+	if lt, rt := g.kernelType(x.L), g.kernelType(x.R); lt == TString || rt == TString {
 		_, lLit := x.L.(*String)
 		_, rLit := x.R.(*String)
 		switch {
@@ -644,23 +777,10 @@ func (g *gen) binary(x *Binary, d int) {
 		g.mark(done)
 		return
 	}
-	g.emit(aluOps[x.Op].Reg(r, r2))
-}
-
-func (g *gen) typeOf(n Node) Type {
-	switch x := n.(type) {
-	case *String:
-		return TString
-	case *Ident:
-		if f, ok := g.p.Source.Field(x.Name); ok {
-			return f.Type
-		}
-	case *Call:
-		if x.Name == "str" {
-			return TString
-		}
+	if x.Op == "/" || x.Op == "%" {
+		g.divGuard(r2)
 	}
-	return TInt
+	g.emit(aluOps[x.Op].Reg(r, r2))
 }
 
 // stringEq compares a string value with a constant, 8 bytes at a time,
@@ -780,6 +900,14 @@ func (g *gen) act() {
 	for _, k := range p.Keys {
 		g.store(rec+int16(k.Off), k.Expr, k.Type, k.Size, k.Bucket)
 	}
+	type topBuf struct{ key, weight int16 }
+	tops := map[*Agg]topBuf{}
+	for _, a := range p.Aggs {
+		if a.Kind == AggTopK {
+			k, w := g.topPrepare(a)
+			tops[a] = topBuf{k, w}
+		}
+	}
 	// Which of the two maps is current: ctl[0], flipped by user space at
 	// each interval so it reads a map no probe writes any more. The two
 	// maps are referenced directly, each by its own lookups, rather than
@@ -839,6 +967,8 @@ func (g *gen) act() {
 			g.mark(set)
 			g.emit(asm.StoreMem(asm.R7, int16(a.ValOff), r1, asm.DWord))
 			g.mark(skip)
+		case AggTopK:
+			g.topk(a, tops[a].key, tops[a].weight)
 		case AggDistinct:
 			r3 := exprRegs[2]
 			g.eval(a.Arg, 0)
@@ -875,6 +1005,12 @@ func (g *gen) act() {
 
 // store writes a key or record part at off.
 func (g *gen) store(off int16, n Node, t Type, size int, bucket *Agg) {
+	if c, ok := n.(*Call); ok {
+		if _, dec := decoders[c.Name]; dec {
+			// A decoder's argument is what the probe keeps.
+			n, t = c.Args[0], g.kernelType(c.Args[0])
+		}
+	}
 	switch {
 	case bucket != nil:
 		r := g.bucket(bucket, 0)
@@ -882,6 +1018,8 @@ func (g *gen) store(off int16, n Node, t Type, size int, bucket *Agg) {
 	case t == TString:
 		l := g.stringLoc(n)
 		g.copyStack(off, l.off, min(size, l.size))
+	case t == TBytes:
+		g.storeBytes(off, n, size)
 	default:
 		r := g.eval(n, 0)
 		g.emit(asm.StoreMem(asm.R10, off, r, asm.DWord))
@@ -910,15 +1048,15 @@ func (p *Plan) Maps() map[string]*ebpf.MapSpec {
 	} else {
 		m["events"] = &ebpf.MapSpec{Name: "events", Type: ebpf.RingBuf, MaxEntries: uint32(p.Opts.RingSize)}
 	}
-	if _, ok := p.Fields["kstack"]; ok {
-		m["stacks"] = p.stackMap()
-	} else if _, ok := p.Fields["ustack"]; ok {
-		m["stacks"] = p.stackMap()
+	for _, name := range p.stackMaps() {
+		depth := maxStackDepth
+		fmt.Sscanf(name, "stacks%d", &depth)
+		m[name] = &ebpf.MapSpec{Name: name, Type: ebpf.StackTrace, KeySize: 4, ValueSize: uint32(8 * depth), MaxEntries: uint32(p.Opts.StackMapSize)}
 	}
 	if len(p.roles()) == 2 {
 		size, _, _ := p.stashLayout()
-		ks := 8 * max(len(p.Source.End.PairKey), 1)
-		m["stash"] = &ebpf.MapSpec{Name: "stash", Type: ebpf.Hash, KeySize: uint32(ks), ValueSize: uint32(size), MaxEntries: uint32(p.Opts.StashSize)}
+		m["stash"] = &ebpf.MapSpec{Name: "stash", Type: ebpf.LRUHash, KeySize: uint32(p.pairKeySize()), ValueSize: uint32(size), MaxEntries: uint32(p.Opts.StashSize)}
+		m["pairs"] = &ebpf.MapSpec{Name: "pairs", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 * numPairCounters, MaxEntries: 1}
 	}
 	return m
 }
@@ -949,8 +1087,51 @@ func (p *Plan) MapBytes() uint64 {
 
 const maxStackDepth = 127
 
-func (p *Plan) stackMap() *ebpf.MapSpec {
-	return &ebpf.MapSpec{Name: "stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * maxStackDepth, MaxEntries: uint32(p.Opts.StackMapSize)}
+// stackMaps are the stack maps the plan's probes use: one of whole
+// stacks, and one per depth of kstack(n) and ustack(n).
+func (p *Plan) stackMaps() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(name string) {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	for _, f := range p.Fields {
+		if f.Loc == LocBuiltin && (builtinName(f) == "kstack" || builtinName(f) == "ustack") && f.Name != "kstack(n)" {
+			add("stacks")
+		}
+	}
+	visit := func(n Node) {
+		walk(n, func(x Node) bool {
+			switch y := x.(type) {
+			case *Call:
+				if (y.Name == "kstack" || y.Name == "ustack") && len(y.Args) == 1 {
+					if num, ok := y.Args[0].(*Number); ok {
+						add(stackMapName(int(num.Int)))
+					}
+				}
+			case *Ident:
+				if f, ok := p.field(y.Name); ok && f.Loc == LocBuiltin && (builtinName(f) == "kstack" || builtinName(f) == "ustack") {
+					add("stacks")
+				}
+			}
+			return true
+		})
+	}
+	visit(p.Filter)
+	for _, k := range p.Keys {
+		visit(k.Expr)
+	}
+	for _, a := range p.Aggs {
+		visit(a.Arg)
+	}
+	for _, e := range p.Emits {
+		visit(e.Expr)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // placeUSDT reads a marker operand into a stack slot.

@@ -43,7 +43,8 @@ type TableRef struct {
 
 // probeKinds are the first parts of probe source names.
 var probeKinds = map[string]bool{"tracepoint": true, "tp": true, "syscall": true, "uprobe": true, "uretprobe": true, "usdt": true,
-	"profile": true, "interval": true, "kprobe": true, "kretprobe": true, "kfunc": true, "kretfunc": true, "fentry": true, "fexit": true}
+	"profile": true, "interval": true, "kprobe": true, "kretprobe": true, "kfunc": true, "kretfunc": true, "fentry": true, "fexit": true,
+	"tp_btf": true, "rawtracepoint": true, "raw_tracepoint": true, "raw_tp": true}
 
 // fromEnds are the clauses that end a FROM.
 var fromEnds = map[string]bool{"where": true, "group": true, "order": true, "limit": true, "having": true, "qualify": true,

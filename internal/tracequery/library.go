@@ -2,6 +2,8 @@ package tracequery
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -64,10 +66,18 @@ func LibraryNames() []string {
 
 // RunOptions says how long and how often.
 type RunOptions struct {
-	Interval time.Duration // default 1s
+	Interval time.Duration // default 1s; with Window, the slide
 	Duration time.Duration // 0: until ctx ends
+	// Window, if set, makes each answer cover the last Window (a whole
+	// number of Intervals), sliding by Interval: the intervals' partials
+	// are kept and merged as across hosts (Fay's moving windows).
+	Window time.Duration
 	// Attached, if set, is called once the probes are attached.
 	Attached func()
+	// Row, if set, gets each row of a per-event plan (Plan.PerEvent) as
+	// its event arrives; the intervals then carry only their counters. Run
+	// ends once LIMIT rows have gone, or Row fails.
+	Row func(row []any) error
 	// Partials hands back each interval's partial rows instead of the
 	// query's answer, for a coordinator to merge across hosts (Merger).
 	Partials bool
@@ -81,10 +91,19 @@ type RunOptions struct {
 
 // Run starts the plan's probes, flushes every interval and calls each with
 // the interval's answer, until ctx ends or Duration has passed; the last,
-// partial interval is flushed too.
+// partial interval is flushed too, and given to each unless nothing
+// reached it (but for a run's only interval).
 func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error) error {
 	if ro.Interval <= 0 {
 		ro.Interval = time.Second
+	}
+	if ro.Window > 0 {
+		if ro.Partials {
+			return errors.New("a sliding window is merged where the query runs: not with partials")
+		}
+		if ro.Window < ro.Interval || ro.Window%ro.Interval != 0 {
+			return fmt.Errorf("the window (%v) must be a whole number of slides (%v)", ro.Window, ro.Interval)
+		}
 	}
 	if p.Query.With != nil {
 		if ro.Partials {
@@ -103,41 +122,99 @@ func Run(ctx context.Context, p *Plan, ro RunOptions, each func(*Interval) error
 			return inner(iv)
 		}
 	}
-	s, err := startPhased(p, ro.Phase)
+	var onRow func([]any) error
+	if p.PerEvent && ro.Row != nil && !ro.Partials && ro.Window == 0 {
+		onRow = ro.Row
+	}
+	s, err := startPhased(p, ro.Phase, onRow)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	s.partials = ro.Partials
+	s.partials = ro.Partials || ro.Window > 0
+	flush := s.Flush
+	if ro.Window > 0 {
+		flush = windowed(s, int(ro.Window/ro.Interval))
+		defer s.duck.close()
+	}
 	if ro.Attached != nil {
 		ro.Attached()
 	}
 	tick := time.NewTicker(ro.Interval)
 	defer tick.Stop()
 	var deadline <-chan time.Time
+	end := time.Now().Add(ro.Duration)
 	if ro.Duration > 0 {
 		t := time.NewTimer(ro.Duration)
 		defer t.Stop()
 		deadline = t.C
 	}
+	delivered := 0
 	for {
+		partial := true
 		select {
 		case <-tick.C:
-			iv, err := s.Flush(context.WithoutCancel(ctx))
+			if ro.Duration > 0 && time.Until(end) < ro.Interval/4 {
+				// The run ends with this interval (a --for that is a
+				// whole number of intervals), not with a sliver after it.
+				partial = false
+				break
+			}
+			iv, err := flush(context.WithoutCancel(ctx))
 			if err != nil {
 				return err
 			}
 			if err := each(iv); err != nil {
 				return err
 			}
+			delivered++
+			if err := s.RowErr(); err != nil {
+				return err
+			}
 			continue
 		case <-deadline:
+			// A --for of whole intervals ends with a whole one, also
+			// when its tick and the deadline were ready together and
+			// select took the deadline (a loaded machine).
+			partial = ro.Duration%ro.Interval != 0
 		case <-ctx.Done():
+		case <-s.Done():
 		}
-		iv, err := s.Flush(context.WithoutCancel(ctx))
+		s.Detach()
+		iv, err := flush(context.WithoutCancel(ctx))
 		if err != nil {
 			return err
 		}
+		if err := s.RowErr(); err != nil {
+			return err
+		}
+		if partial && !iv.Events && len(iv.Counters) == 0 && delivered > 0 {
+			return nil // an empty trailing sliver of an interval
+		}
 		return each(iv)
+	}
+}
+
+// windowed makes a session's flush answer over its last n intervals: it
+// keeps each interval's partials and merges the window's.
+func windowed(s *Session, n int) func(context.Context) (*Interval, error) {
+	m := &Merger{s: &Session{plan: s.plan, kernel: s.kernel, users: s.users}}
+	var parts []*store.Result
+	var starts []time.Time
+	return func(ctx context.Context) (*Interval, error) {
+		iv, err := s.Flush(ctx)
+		if err != nil {
+			return nil, err
+		}
+		parts, starts = append(parts, iv.Result), append(starts, iv.Start)
+		if len(parts) > n {
+			parts, starts = parts[1:], starts[1:]
+		}
+		res, err := m.Merge(ctx, parts)
+		if err != nil {
+			return nil, err
+		}
+		iv.Result, iv.Start = res, starts[0]
+		return iv, nil
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/holter-dev/holter/internal/store"
 )
@@ -17,7 +16,8 @@ import (
 // runs a plan's kernel part and hands back its partial rows
 // (RunOptions.Partials) — per-group partial aggregates, or the filtered
 // events of a streaming plan; a Merger combines one interval's partials
-// from all hosts and runs the user-space SQL once.
+// from all hosts and runs the user-space part once. A sliding window
+// (RunOptions.Window) merges the partials of its intervals the same way.
 
 // Partial aggregates merge exactly: a fleet's answer is the one a single
 // host would give over the union of the hosts' events. count, sum, min and
@@ -33,20 +33,35 @@ import (
 //	                bit), and the estimate is taken from the merged bitmap:
 //	                the same estimate, with the same error, as one host's
 //	                over the union
+//	kmeans          the group's histogram "V:COUNT,…"; groups are
+//	                clustered once merged, over all hosts' groups
+//	topk            its Space-Saving summary (JSON); summaries merge with
+//	                the same error bound
 
 // stateType is the partials' column type of an aggregate with a state.
 const stateType = "VARCHAR"
 
 func hasState(a *Agg) bool {
-	return a.Kind == AggAvg || a.Kind == AggQuantile || a.Kind == AggDistinct
+	switch a.Kind {
+	case AggAvg, AggQuantile, AggDistinct, AggKMeans, AggTopK:
+		return true
+	}
+	return false
 }
 
 // stateOf is the mergeable state of aggregate i of g.
 func stateOf(a *Agg, g *group, i int) string {
 	switch a.Kind {
 	case AggAvg:
-		return fmt.Sprintf("%d %d", g.sums[i], g.count)
-	case AggQuantile:
+		n := g.count
+		if g.avgN[i] > 0 {
+			n = g.avgN[i]
+		}
+		if a.ArgType == TFloat {
+			return fmt.Sprintf("%v %d", g.fsums[i], n)
+		}
+		return fmt.Sprintf("%d %d", g.sums[i], n)
+	case AggQuantile, AggKMeans:
 		bs := make([]int64, 0, len(g.hist[i]))
 		for b := range g.hist[i] {
 			bs = append(bs, b)
@@ -66,6 +81,8 @@ func stateOf(a *Agg, g *group, i int) string {
 			binary.LittleEndian.PutUint64(buf[8*w:], x)
 		}
 		return hex.EncodeToString(buf)
+	case AggTopK:
+		return g.top[i].state()
 	}
 	return ""
 }
@@ -78,17 +95,22 @@ func addState(a *Agg, g *group, i int, v any) error {
 	}
 	switch a.Kind {
 	case AggAvg:
-		var sum int64
 		var n uint64
-		if _, err := fmt.Sscanf(text, "%d %d", &sum, &n); err != nil {
-			return fmt.Errorf("%s: average state %q: %w", a.Col, text, err)
+		if a.ArgType == TFloat {
+			var sum float64
+			if _, err := fmt.Sscanf(text, "%g %d", &sum, &n); err != nil {
+				return fmt.Errorf("%s: average state %q: %w", a.Col, text, err)
+			}
+			g.fsums[i] += sum
+		} else {
+			var sum int64
+			if _, err := fmt.Sscanf(text, "%d %d", &sum, &n); err != nil {
+				return fmt.Errorf("%s: average state %q: %w", a.Col, text, err)
+			}
+			g.sums[i] += sum
 		}
-		// Each average carries the group's count; it is kept per
-		// aggregate (in mins, which averages do not use) and set as the
-		// group's count when the average is read.
-		g.sums[i] += sum
-		g.mins[i] += int64(n)
-	case AggQuantile:
+		g.avgN[i] += n
+	case AggQuantile, AggKMeans:
 		if g.hist[i] == nil {
 			g.hist[i] = map[int64]uint64{}
 		}
@@ -96,7 +118,7 @@ func addState(a *Agg, g *group, i int, v any) error {
 			var b int64
 			var c uint64
 			if _, err := fmt.Sscanf(part, "%d:%d", &b, &c); err != nil {
-				return fmt.Errorf("%s: quantile bucket %q: %w", a.Col, part, err)
+				return fmt.Errorf("%s: bucket %q: %w", a.Col, part, err)
 			}
 			g.hist[i][b] += c
 		}
@@ -111,6 +133,15 @@ func addState(a *Agg, g *group, i int, v any) error {
 		for w := range g.bits[i] {
 			g.bits[i][w] |= binary.LittleEndian.Uint64(buf[8*w:])
 		}
+	case AggTopK:
+		t, err := parseTopState(text)
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.Col, err)
+		}
+		if g.top[i] == nil {
+			g.top[i] = newTopSummary(a.K)
+		}
+		g.top[i].merge(t)
 	}
 	return nil
 }
@@ -122,31 +153,23 @@ type Merger struct{ s *Session }
 func NewMerger(p *Plan) *Merger { return &Merger{s: &Session{plan: p}} }
 
 // Close releases the merger's engine.
-func (m *Merger) Close() {
-	if m.s.db != nil {
-		m.s.db.Close()
-	}
-}
+func (m *Merger) Close() { m.s.duck.close() }
 
 // partialColumns are the columns and DuckDB types of p's partial rows.
 func partialColumns(p *Plan) (cols, types []string) {
 	if p.Mode == ModeStream {
 		for _, e := range p.Emits {
-			t := duckType(e.Type)
-			if e.Col == "time" {
-				t = "TIMESTAMP_NS"
-			}
-			cols, types = append(cols, e.Col), append(types, t)
+			cols, types = append(cols, e.Col), append(types, duckTypeOf(emitUserType(e), nil))
 		}
 		return cols, types
 	}
 	for _, k := range p.Keys {
 		if k.Bucket == nil {
-			cols, types = append(cols, k.Col), append(types, duckType(k.Type))
+			cols, types = append(cols, k.Col), append(types, duckTypeOf(k.userType(), nil))
 		}
 	}
 	for _, a := range p.Aggs {
-		t := aggDuckType(a)
+		t := duckTypeOf(aggResultType(a), a)
 		if hasState(a) {
 			t = stateType
 		}
@@ -155,8 +178,8 @@ func partialColumns(p *Plan) (cols, types []string) {
 	return cols, types
 }
 
-// Merge combines partial results (as an agent's JSON gives them back) and
-// runs the user-space part over them.
+// Merge combines partial results (as an agent's JSON gives them back, or
+// a session in partials mode) and runs the user-space part over them.
 func (m *Merger) Merge(ctx context.Context, parts []*store.Result) (*store.Result, error) {
 	p := m.s.plan
 	cols, types := partialColumns(p)
@@ -174,19 +197,46 @@ func (m *Merger) Merge(ctx context.Context, parts []*store.Result) (*store.Resul
 		}
 	}
 	if p.Mode == ModeStream {
-		return m.s.userPart(ctx, "events", cols, types, rows)
+		return m.mergeEvents(ctx, rows)
 	}
-	{
-		nkeys := len(cols) - len(p.Aggs)
-		var err error
-		if rows, err = m.mergeGroups(rows, nkeys); err != nil {
-			return nil, fmt.Errorf("merge: %w", err)
-		}
-		for i, a := range p.Aggs {
-			types[nkeys+i] = aggDuckType(a)
-		}
+	merged, err := m.mergeGroups(rows, len(cols)-len(p.Aggs))
+	if err != nil {
+		return nil, fmt.Errorf("merge: %w", err)
 	}
-	return m.s.userPart(ctx, "partials", cols, types, rows)
+	return m.s.userPart(ctx, merged)
+}
+
+// mergeEvents runs a streaming plan's user-space part over the events of
+// all the partials.
+func (m *Merger) mergeEvents(ctx context.Context, rows [][]any) (*store.Result, error) {
+	p := m.s.plan
+	u := p.user
+	if u.duck != "" {
+		table, cols, types := p.inputTable()
+		return m.s.duckRun(ctx, table, cols, types, rows)
+	}
+	var kept [][]any
+	for _, r := range rows {
+		if u.where != nil {
+			if ok, _ := truth(u.where(r, nil)); !ok {
+				continue
+			}
+		}
+		kept = append(kept, r)
+	}
+	if !u.aggregate {
+		return m.s.userPart(ctx, kept)
+	}
+	gs := newGroups(len(p.Aggs), 0)
+	m.s.agg = gs
+	for _, r := range kept {
+		m.s.aggregateEvent(r)
+	}
+	if len(gs.order) == 0 && len(u.keys) == 0 {
+		gs.get([]any{})
+	}
+	res, _, err := m.s.finishGroups(ctx, gs, true)
+	return res, err
 }
 
 // mergeGroups combines rows of the same group key, and turns the states
@@ -217,11 +267,20 @@ func (m *Merger) mergeGroups(rows [][]any, nkeys int) ([][]any, error) {
 				continue
 			}
 			switch a.Kind {
-			case AggCount, AggSum:
+			case AggCount:
 				g[j] = asI(g[j]) + asI(r[j])
+			case AggSum:
+				if f, isF := g[j].(float64); isF {
+					rf, _ := r[j].(float64)
+					g[j] = f + rf
+				} else {
+					g[j] = asI(g[j]) + asI(r[j])
+				}
 			case AggMin, AggMax:
-				if g[j] == nil || (r[j] != nil && (a.Kind == AggMin) == (asI(r[j]) < asI(g[j]))) {
-					g[j] = r[j]
+				if c, ok := compareValues(r[j], g[j]); g[j] == nil || ok && (a.Kind == AggMin) == (c < 0) && c != 0 {
+					if r[j] != nil {
+						g[j] = r[j]
+					}
 				}
 			case AggHist, AggLHist:
 				g[j] = mergeBuckets(g[j], r[j])
@@ -232,16 +291,21 @@ func (m *Merger) mergeGroups(rows [][]any, nkeys int) ([][]any, error) {
 			}
 		}
 	}
+	var gs []*group
+	for _, k := range order {
+		gs = append(gs, states[k])
+	}
+	for i, a := range p.Aggs {
+		if a.Kind == AggKMeans {
+			clusterGroups(a, i, gs)
+		}
+	}
 	out := make([][]any, 0, len(order))
 	for _, k := range order {
 		r := byKey[k]
 		for i, a := range p.Aggs {
 			if hasState(a) {
-				g := states[k]
-				if a.Kind == AggAvg {
-					g.count = uint64(g.mins[i])
-				}
-				r[nkeys+i] = m.s.finish(a, g, i, 0)
+				r[nkeys+i] = states[k].finish(a, i, nil)
 			}
 		}
 		out = append(out, r)
@@ -292,7 +356,7 @@ func mergeBuckets(a, b any) any {
 }
 
 // fromJSON turns a value decoded from an agent's JSON back into what the
-// DuckDB appender takes for the column type.
+// evaluator and the DuckDB appender take for the column type.
 func fromJSON(v any, typ string) any {
 	if v == nil {
 		return nil
@@ -319,11 +383,11 @@ func fromJSON(v any, typ string) any {
 	case "VARCHAR[]":
 		list, _ := v.([]any)
 		return list
-	case "TIMESTAMP_NS":
-		// Event times travel as RFC 3339 text.
+	case "BLOB":
 		if s, ok := v.(string); ok {
-			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-				return t
+			// encoding/json writes []byte as base64; hex as Cell prints.
+			if b, err := hex.DecodeString(s); err == nil {
+				return b
 			}
 		}
 	}

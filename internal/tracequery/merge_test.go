@@ -66,17 +66,18 @@ func TestMergeIsExact(t *testing.T) {
 	union := map[int64][]int64{}
 	var parts []*store.Result
 	for _, h := range hosts {
-		agent := &Session{plan: p, partials: true}
-		res := &store.Result{Columns: []string{"fd"}, Types: []string{"BIGINT"}}
-		for _, a := range p.Aggs {
-			res.Columns, res.Types = append(res.Columns, a.Col), append(res.Types, agent.aggType(a))
-		}
+		cols, types := partialColumns(p)
+		res := &store.Result{Columns: cols, Types: types}
 		for fd, vs := range h {
 			union[fd] = append(union[fd], vs...)
 			g := kernelGroup(p, vs)
 			row := []any{fd}
 			for i, a := range p.Aggs {
-				row = append(row, agent.aggValue(a, g, i, 0))
+				if hasState(a) {
+					row = append(row, stateOf(a, g, i))
+				} else {
+					row = append(row, g.finish(a, i, nil))
+				}
 			}
 			res.Rows = append(res.Rows, row)
 		}
@@ -94,7 +95,6 @@ func TestMergeIsExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := &Session{plan: p}
 	if len(got.Rows) != 3 {
 		t.Fatalf("merged %d groups, want 3: %v", len(got.Rows), got.Rows)
 	}
@@ -102,7 +102,7 @@ func TestMergeIsExact(t *testing.T) {
 		fd := r[0].(int64)
 		g := kernelGroup(p, union[fd])
 		for i, a := range p.Aggs {
-			want := one.finish(a, g, i, 0)
+			want := g.finish(a, i, nil)
 			if fmt.Sprint(r[1+i]) != fmt.Sprint(want) {
 				t.Errorf("fd %d: %s = %v merged, %v over the union", fd, a.Col, r[1+i], want)
 			}
@@ -153,7 +153,7 @@ func TestMergeStreamPartials(t *testing.T) {
 				case "ret":
 					row[j] = v
 				case "time":
-					row[j] = time.Unix(1000, int64(i)*1e6).UTC()
+					row[j] = time.Unix(1000, int64(i)*1e6).UnixNano()
 				}
 			}
 			r.Rows = append(r.Rows, row)
@@ -175,5 +175,70 @@ func TestMergeStreamPartials(t *testing.T) {
 	}
 	if fmt.Sprint(res.Columns) != "[c n h p spread]" {
 		t.Errorf("columns %v", res.Columns)
+	}
+}
+
+// TestMergeTopKAndKMeans merges two hosts' topk summaries and kmeans
+// histograms through JSON: the topk of the merge is the merge of the
+// summaries, and kmeans clusters the groups of both hosts together, as
+// over one host's groups with the same histograms.
+func TestMergeTopKAndKMeans(t *testing.T) {
+	p, err := Compile("SELECT fd, topk(count, 3) AS top, kmeans(count, 2) AS c FROM syscall.read GROUP BY fd ORDER BY fd", fixture, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []map[int64][]int64{
+		{3: {1, 1, 1, 2, 2, 7, 9, 9, 9, 9}, 4: {1, 1, 1, 1, 2}},
+		{3: {9, 9, 5, 5, 5, 1}, 5: {100, 100, 100, 101}, 6: {1, 1, 2, 1}},
+	}
+	fill := func(vs []int64) *group {
+		g := newGroup(len(p.Aggs))
+		for _, v := range vs {
+			g.count++
+			for i, a := range p.Aggs {
+				g.add(a, i, v, 1)
+			}
+		}
+		return g
+	}
+	var parts []*store.Result
+	union := map[int64]*group{}
+	for _, h := range hosts {
+		cols, types := partialColumns(p)
+		res := &store.Result{Columns: cols, Types: types}
+		for fd, vs := range h {
+			g := fill(vs)
+			res.Rows = append(res.Rows, []any{fd, stateOf(p.Aggs[0], g, 0), stateOf(p.Aggs[1], g, 1)})
+			if u, ok := union[fd]; ok {
+				u.top[0].merge(g.top[0])
+				for v, c := range g.hist[1] {
+					u.hist[1][v] += c
+				}
+			} else {
+				union[fd] = g
+			}
+		}
+		parts = append(parts, viaJSON(t, res))
+	}
+	m := NewMerger(p)
+	defer m.Close()
+	got, err := m.Merge(context.Background(), parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gs []*group
+	for _, fd := range []int64{3, 4, 5, 6} {
+		gs = append(gs, union[fd])
+	}
+	clusterGroups(p.Aggs[1], 1, gs)
+	for i, r := range got.Rows {
+		g := gs[i]
+		if fmt.Sprint(r[1]) != fmt.Sprint(g.top[0].result()) || fmt.Sprint(r[2]) != fmt.Sprint(g.result[1]) {
+			t.Errorf("fd %v: merged %v %v, over the union %v %v", r[0], r[1], r[2], g.top[0].result(), g.result[1])
+		}
+	}
+	// fd 5 (values near 100) is the odd group.
+	if c := got.Rows[2][2].(map[string]any); c["members"] != int64(1) || c["cluster"] != int64(1) {
+		t.Errorf("fd 5: %v, want alone in cluster 1", c)
 	}
 }

@@ -45,7 +45,14 @@ func TestProfileSamplesAndStacks(t *testing.T) {
 	cpu := onCPU(t, cmd.Process.Pid) - cpu0
 	iv := flush(t, s)
 	var total, inSpin int64
+	seen := map[string]bool{}
 	for _, r := range iv.Result.Rows {
+		if s := r[0].(string); seen[s] {
+			// Stacks of different addresses in the same functions.
+			t.Errorf("stack %q in two rows: stacks that symbolize alike must be one group", s)
+		} else {
+			seen[s] = true
+		}
 		n := r[1].(int64)
 		total += n
 		if strings.Contains(r[0].(string), "holter_cpu_spin") {

@@ -3,27 +3,22 @@ package tracequery
 import (
 	"bytes"
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/holter-dev/holter/internal/clock"
-	"math"
-	"os"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	duckdb "github.com/duckdb/duckdb-go/v2"
-	"github.com/holter-dev/holter/internal/memlock"
 	"golang.org/x/sys/unix"
 
+	"github.com/holter-dev/holter/internal/clock"
+	"github.com/holter-dev/holter/internal/memlock"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/symbol"
 )
@@ -44,9 +39,10 @@ func (e *VerifierError) Error() string {
 
 func (e *VerifierError) Unwrap() error { return e.Err }
 
-// maxStreamRows bounds the events a streaming query holds between flushes;
-// the rest are counted as lost.
-const maxStreamRows = 1 << 20
+// maxHeldRows bounds the rows a session holds between flushes (events for
+// DuckDB, for ORDER BY, or for a coordinator); the rest are counted as
+// dropped.
+const maxHeldRows = 1 << 16
 
 // Session is a running query: its loaded probes and maps.
 type Session struct {
@@ -59,16 +55,21 @@ type Session struct {
 	ring     *ringbuf.Reader
 	prev     [numCounters]uint64
 	prevMiss uint64
-	bootOff  int64 // add to a monotonic ns to get Unix ns
+	evicted  uint64 // evictions reported so far
 	started  time.Time
 	last     time.Time
 
 	mu       sync.Mutex
-	events   [][]any
-	userLost uint64
+	held     [][]any // rows held until the next flush
+	agg      *groups // the evaluator's aggregation of events
+	userLost uint64  // rows dropped: held over maxHeldRows
+	onRow    func([]any) error
+	rowErr   error
+	rows     int64         // rows handed to onRow
+	done     chan struct{} // closed when LIMIT rows have been handed over
+	doneOnce sync.Once
 
-	db       *sql.DB
-	funcs    bool // the user-space functions are registered in db
+	duck     duckEngine
 	partials bool // hand back partial rows; the user-space part runs elsewhere
 	kernel   *symbol.Kernel
 	users    *symbol.Resolver
@@ -81,23 +82,28 @@ type Session struct {
 var StartPhases = []string{"generated", "loaded", "attached"}
 
 // Start loads and attaches the plan's probes.
-func Start(p *Plan) (*Session, error) { return startPhased(p, nil) }
+func Start(p *Plan) (*Session, error) { return startPhased(p, nil, nil) }
 
-func startPhased(p *Plan, phase func(string)) (*Session, error) {
+// startPhased starts the plan; onRow, for a per-event plan, gets each
+// row as its event arrives.
+func startPhased(p *Plan, phase func(string), onRow func([]any) error) (*Session, error) {
 	if phase == nil {
 		phase = func(string) {}
 	}
 	if err := memlock.Raise(); err != nil {
 		return nil, err
 	}
+	p.BootOffset = clock.MonoToWall()
 	progs, err := p.Programs()
 	if err != nil {
 		return nil, err
 	}
 	phase(StartPhases[0])
-	s := &Session{plan: p, started: time.Now()}
+	s := &Session{plan: p, started: time.Now(), onRow: onRow, done: make(chan struct{})}
 	s.last = s.started
-	s.bootOff = clock.MonoToWall()
+	if p.user != nil && p.user.aggregate {
+		s.agg = newGroups(len(p.Aggs), p.Opts.MapSize)
+	}
 	spec := &ebpf.CollectionSpec{Maps: p.Maps(), Programs: map[string]*ebpf.ProgramSpec{}}
 	for _, pr := range progs {
 		spec.Programs[pr.Name] = pr.Spec
@@ -144,86 +150,18 @@ func startPhased(p *Plan, phase func(string)) (*Session, error) {
 	return s, nil
 }
 
-func (s *Session) attach(pr *Program, prog *ebpf.Program) error {
-	pb := pr.Probe
-	switch pb.Kind {
-	case ProbeTracepoint:
-		l, err := link.Tracepoint(pb.Group, pb.Event, prog, nil)
-		if err != nil {
-			return fmt.Errorf("attach %s: %w", pb, err)
-		}
-		s.links = append(s.links, l)
-	case ProbeUprobe, ProbeUretprobe:
-		ex, err := link.OpenExecutable(pb.Path)
-		if err != nil {
-			return fmt.Errorf("attach %s: %w", pb, err)
-		}
-		opts := &link.UprobeOptions{Address: pb.Address, RefCtrOffset: pb.RefCtr}
-		sym := pb.Symbol
-		if sym == "" {
-			sym = "usdt"
-		}
-		var l link.Link
-		if pb.Kind == ProbeUprobe {
-			l, err = ex.Uprobe(sym, prog, opts)
-		} else {
-			l, err = ex.Uretprobe(sym, prog, opts)
-		}
-		if err != nil {
-			return fmt.Errorf("attach %s: %w", pb, err)
-		}
-		s.links = append(s.links, l)
-	case ProbePerf:
-		attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK,
-			Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{}))}
-		cpus := []int{0}
-		if pb.Freq > 0 {
-			attr.Sample, attr.Bits = pb.Freq, unix.PerfBitFreq
-			n, err := onlineCPUs()
-			if err != nil {
-				return err
-			}
-			cpus = n
-		} else {
-			attr.Sample = uint64(pb.Period.Nanoseconds())
-		}
-		for _, cpu := range cpus {
-			fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
-			if err != nil {
-				return fmt.Errorf("attach %s: perf_event_open on CPU %d: %w", pb, cpu, err)
-			}
-			s.perfFDs = append(s.perfFDs, fd)
-			l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: prog, Attach: ebpf.AttachPerfEvent})
-			if err != nil {
-				return fmt.Errorf("attach %s on CPU %d: %w", pb, cpu, err)
-			}
-			s.links = append(s.links, l)
-		}
+// Detach stops the probes and lets the session take in all they sent:
+// what the ring buffer holds when the last probe detaches is read (and
+// rows handed over) before Detach returns, so the last interval misses
+// nothing.
+func (s *Session) Detach() {
+	s.detachProbes()
+	if s.ring != nil && s.ring.Flush() == nil {
+		s.wg.Wait()
 	}
-	return nil
 }
 
-func onlineCPUs() ([]int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return nil, fmt.Errorf("online CPUs: %w", err)
-	}
-	var cpus []int
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		var lo, hi int
-		if n, _ := fmt.Sscanf(part, "%d-%d", &lo, &hi); n == 2 {
-			for c := lo; c <= hi; c++ {
-				cpus = append(cpus, c)
-			}
-		} else if _, err := fmt.Sscanf(part, "%d", &lo); err == nil {
-			cpus = append(cpus, lo)
-		}
-	}
-	return cpus, nil
-}
-
-// Close detaches and frees everything.
-func (s *Session) Close() {
+func (s *Session) detachProbes() {
 	for _, l := range s.links {
 		l.Close()
 	}
@@ -232,26 +170,39 @@ func (s *Session) Close() {
 		unix.Close(fd)
 	}
 	s.perfFDs = nil
+}
+
+// Close detaches and frees everything.
+func (s *Session) Close() {
+	s.detachProbes()
 	if s.ring != nil {
 		s.ring.Close()
 		s.wg.Wait()
+		s.ring = nil
 	}
 	if s.coll != nil {
 		s.coll.Close()
+		s.coll = nil
 	}
-	if s.db != nil {
-		s.db.Close()
-	}
+	s.duck.close()
 }
+
+// Done is closed once a per-event plan with LIMIT has handed over its
+// rows.
+func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Interval is one flushed interval's answer.
 type Interval struct {
 	Start, End time.Time
 	Result     *store.Result
-	// Counters are the interval's losses by name (map_full, stash_full,
-	// unmatched, stack_lost, ring_lost, missed); zero ones are left out.
+	// Counters are the interval's losses by name (map_full, evicted,
+	// unmatched, stack_lost, ring_lost, div_zero, dropped, missed); zero
+	// ones are left out.
 	Counters map[string]uint64
-	Plan     *Plan `json:"-"`
+	// Events says whether anything reached the interval (a group, an
+	// event or a row).
+	Events bool
+	Plan   *Plan `json:"-"`
 }
 
 // Flush ends the current interval: it swaps the probes to the other map,
@@ -263,24 +214,53 @@ func (s *Session) Flush(ctx context.Context) (*Interval, error) {
 	var res *store.Result
 	var err error
 	if s.plan.Mode == ModeAggregate {
-		res, err = s.flushAggregate(ctx)
+		res, iv.Events, err = s.flushAggregate(ctx)
 	} else {
-		res, err = s.flushStream(ctx)
+		res, iv.Events, err = s.flushStream(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
 	iv.Result = res
+	s.readCounters(iv)
+	return iv, nil
+}
+
+func (s *Session) readCounters(iv *Interval) {
 	var raw [8 * numCounters]byte
 	if err := s.coll.Maps["counters"].Lookup(uint32(0), raw[:]); err == nil {
+		var now [numCounters]uint64
 		for i := 0; i < numCounters; i++ {
-			v := binary.LittleEndian.Uint64(raw[8*i:])
-			if d := v - s.prev[i]; d > 0 && i != CounterUnmatched {
-				iv.Counters[CounterNames[i]] = d
-			} else if d > 0 {
+			now[i] = binary.LittleEndian.Uint64(raw[8*i:])
+			if d := now[i] - s.prev[i]; d > 0 && CounterNames[i] != "" {
 				iv.Counters[CounterNames[i]] = d
 			}
-			s.prev[i] = v
+		}
+		s.prev = now
+		if m, ok := s.coll.Maps["stash"]; ok {
+			// An LRU map evicts silently: what was put and neither taken
+			// by its end nor still there was evicted.
+			present := uint64(0)
+			var k []byte
+			it := m.Iterate()
+			var v []byte
+			for it.Next(&k, &v) {
+				present++
+			}
+			var put, taken uint64
+			var perCPU [][]byte
+			if err := s.coll.Maps["pairs"].Lookup(uint32(0), &perCPU); err == nil {
+				for _, c := range perCPU {
+					put += binary.LittleEndian.Uint64(c[8*pairPut:])
+					taken += binary.LittleEndian.Uint64(c[8*pairTaken:])
+				}
+			}
+			if put > taken+present {
+				if ev := put - taken - present; ev > s.evicted {
+					iv.Counters["evicted"] = ev - s.evicted
+					s.evicted = ev
+				}
+			}
 		}
 	}
 	var miss uint64
@@ -295,219 +275,190 @@ func (s *Session) Flush(ctx context.Context) (*Interval, error) {
 	s.prevMiss = miss
 	s.mu.Lock()
 	if s.userLost > 0 {
-		iv.Counters["ring_lost"] += s.userLost
+		iv.Counters["dropped"] += s.userLost
 		s.userLost = 0
 	}
+	if s.agg != nil && s.agg.full > 0 {
+		iv.Counters["map_full"] += s.agg.full
+		s.agg.full = 0
+	}
 	s.mu.Unlock()
-	return iv, nil
 }
 
 // swapGrace is how long a probe that read the old map selector may still
 // be writing to the old map: probes cannot sleep, so this is generous.
 const swapGrace = 5 * time.Millisecond
 
-type group struct {
-	keys  []byte
-	count uint64
-	sums  []int64
-	mins  []int64
-	has   []bool
-	hist  []map[int64]uint64
-	bits  [][]uint64
-	samp  [][]int64
-}
-
-func (s *Session) flushAggregate(ctx context.Context) (*store.Result, error) {
+func (s *Session) flushAggregate(ctx context.Context) (*store.Result, bool, error) {
 	p := s.plan
 	old := s.cur
 	s.cur ^= 1
 	if err := s.coll.Maps["ctl"].Put(uint32(0), s.cur); err != nil {
-		return nil, fmt.Errorf("swap maps: %w", err)
+		return nil, false, fmt.Errorf("swap maps: %w", err)
 	}
 	time.Sleep(swapGrace)
 	m := s.inner[old]
-	groups := map[string]*group{}
-	var order []string
-	groupLen := 0
-	for _, k := range p.Keys {
-		if k.Bucket == nil {
-			groupLen = k.Off + k.Size
-		}
-	}
+	gs := newGroups(len(p.Aggs), 0)
+	decoded := map[string][]any{}
 	var key []byte
 	var vals [][]byte
 	var seen [][]byte
 	it := m.Iterate()
 	for it.Next(&key, &vals) {
 		seen = append(seen, bytes.Clone(key))
-		gk := string(key[:groupLen])
-		g := groups[gk]
-		if g == nil {
-			g = newGroup(len(p.Aggs))
-			g.keys = bytes.Clone(key[:groupLen])
-			groups[gk] = g
-			order = append(order, gk)
+		gk := string(key[:p.groupLen()])
+		keys, ok := decoded[gk]
+		if !ok {
+			keys = s.decodeKeys(key)
+			decoded[gk] = keys
 		}
+		g := gs.get(keys)
+		g.pid = s.keyPid(key)
 		for _, v := range vals {
-			cnt := binary.LittleEndian.Uint64(v)
-			if cnt == 0 {
-				continue
-			}
-			g.count += cnt
-			for i, a := range p.Aggs {
-				switch a.Kind {
-				case AggSum, AggAvg:
-					g.sums[i] += int64(binary.LittleEndian.Uint64(v[a.ValOff:]))
-				case AggMin, AggMax:
-					x := int64(binary.LittleEndian.Uint64(v[a.ValOff:]))
-					if !g.has[i] || (a.Kind == AggMin && x < g.mins[i]) || (a.Kind == AggMax && x > g.mins[i]) {
-						g.mins[i], g.has[i] = x, true
-					}
-				case AggHist, AggLHist, AggQuantile:
-					k := p.Keys[a.BucketKey]
-					b := int64(binary.LittleEndian.Uint64(key[k.Off:]))
-					if g.hist[i] == nil {
-						g.hist[i] = map[int64]uint64{}
-					}
-					g.hist[i][b] += cnt
-				case AggDistinct:
-					if g.bits[i] == nil {
-						g.bits[i] = make([]uint64, distinctBits/64)
-					}
-					for w := range g.bits[i] {
-						g.bits[i][w] |= binary.LittleEndian.Uint64(v[a.ValOff+8*w:])
-					}
-				case AggSample:
-					for j := 0; j < sampleSlots && uint64(1)<<j <= cnt; j++ {
-						g.samp[i] = append(g.samp[i], int64(binary.LittleEndian.Uint64(v[a.ValOff+8*j:])))
-					}
-				}
-			}
+			s.addCPU(g, key, v)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read aggregation map: %w", err)
+		return nil, false, fmt.Errorf("read aggregation map: %w", err)
 	}
 	for _, k := range seen {
 		m.Delete(k)
 	}
-	// Rows of the partials table: group keys, then aggregates.
-	var rows [][]any
-	for _, gk := range order {
-		g := groups[gk]
-		var row []any
-		var pid uint32
-		for _, k := range p.Keys {
-			if id, ok := k.Expr.(*Ident); ok && id.Name == "pid" && k.Bucket == nil {
-				pid = uint32(binary.LittleEndian.Uint64(g.keys[k.Off:]))
-			}
-		}
-		for _, k := range p.Keys {
-			if k.Bucket != nil {
-				continue
-			}
-			row = append(row, s.decode(g.keys[k.Off:k.Off+k.Size], k.Type, k.Expr, pid))
-		}
-		for i, a := range p.Aggs {
-			row = append(row, s.aggValue(a, g, i, pid))
-		}
-		rows = append(rows, row)
-	}
-	if len(rows) == 0 && groupLen == 0 {
+	events := len(seen) > 0
+	if len(gs.order) == 0 && p.groupLen() == 0 {
 		// No GROUP BY: one row, as SQL gives for an empty input.
-		row := []any{}
-		for _, a := range p.Aggs {
-			row = append(row, s.aggValue(a, newGroup(len(p.Aggs)), 0, 0))
-		}
-		rows = append(rows, row)
+		gs.get([]any{})
 	}
-	var cols []string
-	var types []string
+	return s.finishGroups(ctx, gs, events)
+}
+
+// finishGroups turns an interval's groups into its answer (or, for a
+// coordinator, its partial rows).
+func (s *Session) finishGroups(ctx context.Context, gs *groups, events bool) (*store.Result, bool, error) {
+	p := s.plan
+	if s.partials {
+		rows := finishAll(p.Aggs, gs.order, func(a *Agg, g *group, i int) any {
+			if hasState(a) {
+				return stateOf(a, g, i)
+			}
+			return g.finish(a, i, s.stack)
+		})
+		cols, types := partialColumns(p)
+		if rows == nil {
+			rows = [][]any{}
+		}
+		return &store.Result{Columns: cols, Types: types, Rows: rows}, events, nil
+	}
+	rows := finishAll(p.Aggs, gs.order, func(a *Agg, g *group, i int) any { return g.finish(a, i, s.stack) })
+	res, err := s.userPart(ctx, rows)
+	return res, events, err
+}
+
+// groupLen is the bytes of the map key that are group keys (the rest are
+// buckets).
+func (p *Plan) groupLen() int {
+	n := 0
 	for _, k := range p.Keys {
 		if k.Bucket == nil {
-			cols = append(cols, k.Col)
-			types = append(types, duckType(k.Type))
+			n = k.Off + k.Size
 		}
 	}
-	for _, a := range p.Aggs {
-		cols = append(cols, a.Col)
-		types = append(types, s.aggType(a))
-	}
-	return s.userPart(ctx, "partials", cols, types, rows)
+	return n
 }
 
-// project is the user-space part of a plan whose UserSQL only picks and
-// renames columns of the partials (Plan.Direct): the answer DuckDB would
-// give, with the type names it would report, without starting DuckDB.
-func (p *Plan) project(types []string, rows [][]any) *store.Result {
-	res := &store.Result{Columns: p.Columns}
-	for _, i := range p.Direct {
-		res.Types = append(res.Types, duckTypeName(types[i]))
-	}
-	for _, r := range rows {
-		out := make([]any, len(p.Direct))
-		for j, i := range p.Direct {
-			out[j] = r[i]
+// keyPid is the pid part of a map key, if the query groups by pid.
+func (s *Session) keyPid(key []byte) uint32 {
+	for _, k := range s.plan.Keys {
+		if id, ok := k.Expr.(*Ident); ok && (id.Name == "pid" || id.Name == "task.pid") && k.Bucket == nil {
+			return uint32(binary.LittleEndian.Uint64(key[k.Off:]))
 		}
-		res.Rows = append(res.Rows, out)
 	}
-	return res
+	return 0
 }
 
-// duckTypeName is how DuckDB names a column type declared as decl.
-func duckTypeName(decl string) string {
-	if decl == bucketType {
-		return `STRUCT("lo" BIGINT, "hi" BIGINT, "count" BIGINT)[]`
-	}
-	return decl
-}
-
-func newGroup(naggs int) *group {
-	return &group{sums: make([]int64, naggs), mins: make([]int64, naggs), has: make([]bool, naggs),
-		hist: make([]map[int64]uint64, naggs), bits: make([][]uint64, naggs), samp: make([][]int64, naggs)}
-}
-
-// aggValue is an aggregate's value, or in partials mode its mergeable
-// state where the value does not merge (merge.go).
-func (s *Session) aggValue(a *Agg, g *group, i int, pid uint32) any {
-	if s.partials && hasState(a) {
-		return stateOf(a, g, i)
-	}
-	return s.finish(a, g, i, pid)
-}
-
-func (s *Session) aggType(a *Agg) string {
-	if s.partials && hasState(a) {
-		return stateType
-	}
-	return aggDuckType(a)
-}
-
-func duckType(t Type) string {
-	if t == TInt {
-		return "BIGINT"
-	}
-	return "VARCHAR"
-}
-
-const bucketType = "STRUCT(lo BIGINT, hi BIGINT, count BIGINT)[]"
-
-func aggDuckType(a *Agg) string {
-	switch a.Kind {
-	case AggAvg, AggQuantile:
-		return "DOUBLE"
-	case AggHist, AggLHist:
-		return bucketType
-	case AggSample:
-		if a.ArgType == TStack {
-			return "VARCHAR[]"
+// decodeKeys decodes a map key's group keys.
+func (s *Session) decodeKeys(key []byte) []any {
+	p := s.plan
+	pid := s.keyPid(key)
+	var out []any
+	for _, k := range p.Keys {
+		if k.Bucket == nil {
+			out = append(out, s.decode(key[k.Off:k.Off+k.Size], k.Type, k.Expr, pid))
 		}
-		return "BIGINT[]"
 	}
-	return "BIGINT"
+	return out
 }
 
+// addCPU adds one CPU's value of a map cell to its group.
+func (s *Session) addCPU(g *group, key, v []byte) {
+	p := s.plan
+	cnt := binary.LittleEndian.Uint64(v)
+	if cnt == 0 {
+		return
+	}
+	g.count += cnt
+	for i, a := range p.Aggs {
+		switch a.Kind {
+		case AggSum, AggAvg:
+			g.sums[i] += int64(binary.LittleEndian.Uint64(v[a.ValOff:]))
+		case AggMin, AggMax:
+			g.extreme(a, i, int64(binary.LittleEndian.Uint64(v[a.ValOff:])))
+		case AggHist, AggLHist, AggQuantile, AggKMeans:
+			k := p.Keys[a.BucketKey]
+			b := int64(binary.LittleEndian.Uint64(key[k.Off:]))
+			if g.hist[i] == nil {
+				g.hist[i] = map[int64]uint64{}
+			}
+			g.hist[i][b] += cnt
+		case AggDistinct:
+			if g.bits[i] == nil {
+				g.bits[i] = make([]uint64, distinctBits/64)
+			}
+			for w := range g.bits[i] {
+				g.bits[i][w] |= binary.LittleEndian.Uint64(v[a.ValOff+8*w:])
+			}
+		case AggSample:
+			for j := 0; j < sampleSlots && uint64(1)<<j <= cnt; j++ {
+				g.samp[i] = append(g.samp[i], int64(binary.LittleEndian.Uint64(v[a.ValOff+8*j:])))
+			}
+		case AggTopK:
+			if g.top[i] == nil {
+				g.top[i] = newTopSummary(a.K)
+			}
+			g.top[i].merge(s.topOfCPU(a, v[a.ValOff:], g.pid))
+		}
+	}
+}
+
+// topOfCPU reads one CPU's topk slots.
+func (s *Session) topOfCPU(a *Agg, v []byte, pid uint32) *topSummary {
+	t := newTopSummary(a.K)
+	size := topSlotSize(a)
+	for j := 0; j < a.K; j++ {
+		slot := v[j*size : (j+1)*size]
+		c := binary.LittleEndian.Uint64(slot)
+		if c == 0 {
+			continue
+		}
+		val := s.decode(slot[16:16+max(a.KeySize, 8)], a.ArgType, a.Arg, pid)
+		t.entries = append(t.entries, topEntry{val, c, binary.LittleEndian.Uint64(slot[8:])})
+		t.n += c - binary.LittleEndian.Uint64(slot[8:])
+	}
+	return t
+}
+
+// decode turns a value the probe wrote into user space's.
 func (s *Session) decode(b []byte, t Type, expr Node, pid uint32) any {
+	if c, ok := expr.(*Call); ok && c.Name != "str" && c.Name != "kstack" && c.Name != "ustack" && c.Name != "coalesce" {
+		switch c.Name {
+		case "ntop":
+			return ntop(b)
+		case "ksym":
+			return s.ksym(binary.LittleEndian.Uint64(b))
+		case "usym":
+			return s.usym(binary.LittleEndian.Uint64(b), pid)
+		}
+	}
 	switch t {
 	case TString:
 		if i := bytes.IndexByte(b, 0); i >= 0 {
@@ -515,18 +466,69 @@ func (s *Session) decode(b []byte, t Type, expr Node, pid uint32) any {
 		}
 		return string(b)
 	case TStack:
-		id := int64(binary.LittleEndian.Uint64(b))
-		user := false
-		if n, ok := expr.(*Ident); ok && n.Name == "ustack" {
-			user = true
-		}
-		return s.stack(id, user, pid)
+		return s.stack(int64(binary.LittleEndian.Uint64(b)), isUserStack(expr), pid)
+	case TBytes:
+		return bytes.Clone(b[:s.plan.kernelSize(expr)])
+	case TPtr:
+		return fmt.Sprintf("0x%x", binary.LittleEndian.Uint64(b))
+	case TSyscall:
+		return syscallName(int64(binary.LittleEndian.Uint64(b)))
+	case TLabel:
+		return labelOf(expr, int64(binary.LittleEndian.Uint64(b)))
 	}
-	v := int64(binary.LittleEndian.Uint64(b))
-	if id, ok := expr.(*Ident); ok && id.Name == "time" {
-		v += s.bootOff
+	return int64(binary.LittleEndian.Uint64(b))
+}
+
+// labelOf is the string a CASE of string constants gives for the branch
+// the probe took (the ELSE after the WHENs).
+func labelOf(expr Node, branch int64) any {
+	c, ok := expr.(*Case)
+	if !ok {
+		return nil
 	}
-	return v
+	if branch >= 0 && branch < int64(len(c.Whens)) {
+		return c.Whens[branch].Then.(*String).Val
+	}
+	if e, ok := c.Else.(*String); ok {
+		return e.Val
+	}
+	return nil
+}
+
+// ntop writes 4 or 16 bytes (or a 32-bit integer, in 8) as an IP address.
+func ntop(b []byte) any {
+	switch len(b) {
+	case 4:
+		return netip.AddrFrom4([4]byte(b)).String()
+	case 16:
+		return netip.AddrFrom16([16]byte(b)).Unmap().String()
+	case 8:
+		return netip.AddrFrom4([4]byte(b[:4])).String()
+	}
+	return fmt.Sprintf("%x", b)
+}
+
+func (s *Session) ksym(addr uint64) string {
+	if s.kernel == nil {
+		s.kernel, _ = symbol.LoadKernel("/proc/kallsyms")
+	}
+	if s.kernel == nil {
+		return fmt.Sprintf("%#x", addr)
+	}
+	if f := s.kernel.Resolve(addr); f.Func != "" {
+		return f.Func
+	}
+	return fmt.Sprintf("%#x", addr)
+}
+
+func (s *Session) usym(addr uint64, pid uint32) string {
+	if s.users == nil {
+		s.users = symbol.NewResolver("/proc")
+	}
+	if fs := s.users.Resolve(pid, []uint64{addr}); len(fs) == 1 && fs[0].Func != "" {
+		return fs[0].Func
+	}
+	return fmt.Sprintf("%#x", addr)
 }
 
 // stack resolves a stack id to folded frames, outermost first.
@@ -534,11 +536,18 @@ func (s *Session) stack(id int64, user bool, pid uint32) string {
 	if id == -2 {
 		return "" // no stack of this kind (e.g. no kernel stack in user mode)
 	}
-	if id < 0 {
+	if id < 0 || s.coll == nil {
 		return "[lost]"
 	}
-	var addrs [maxStackDepth]uint64
-	if err := s.coll.Maps["stacks"].Lookup(uint32(id), &addrs); err != nil {
+	depth, name := maxStackDepth, "stacks"
+	if id >= stackDepthTag {
+		// Stacks of a set depth live in a map of their own.
+		depth = int(id / stackDepthTag)
+		id %= stackDepthTag
+		name = fmt.Sprintf("stacks%d", depth)
+	}
+	addrs := make([]uint64, depth)
+	if err := s.coll.Maps[name].Lookup(uint32(id), addrs); err != nil {
 		return "[lost]"
 	}
 	n := 0
@@ -556,6 +565,10 @@ func (s *Session) stack(id int64, user bool, pid uint32) string {
 			s.kernel, _ = symbol.LoadKernel("/proc/kallsyms")
 		}
 		for _, a := range addrs[:n] {
+			if s.kernel == nil {
+				frames = append(frames, symbol.Frame{Addr: a})
+				continue
+			}
 			frames = append(frames, s.kernel.Resolve(a))
 		}
 	}
@@ -570,282 +583,287 @@ func (s *Session) stack(id int64, user bool, pid uint32) string {
 	return strings.Join(parts, ";")
 }
 
-func (s *Session) finish(a *Agg, g *group, i int, pid uint32) any {
-	switch a.Kind {
-	case AggCount:
-		return int64(g.count)
-	case AggSum:
-		return g.sums[i]
-	case AggMin, AggMax:
-		if !g.has[i] {
-			return nil
-		}
-		return g.mins[i]
-	case AggAvg:
-		if g.count == 0 {
-			return nil
-		}
-		return float64(g.sums[i]) / float64(g.count)
-	case AggHist, AggLHist:
-		var bs []int64
-		for b := range g.hist[i] {
-			bs = append(bs, b)
-		}
-		sort.Slice(bs, func(x, y int) bool { return bs[x] < bs[y] })
-		out := []any{}
-		for _, b := range bs {
-			lo, hi := bucketBounds(a, b)
-			out = append(out, map[string]any{"lo": lo, "hi": hi, "count": int64(g.hist[i][b])})
-		}
-		return out
-	case AggQuantile:
-		return quantile(g.hist[i], a.Q)
-	case AggDistinct:
-		zeros := 0
-		for _, w := range g.bits[i] {
-			zeros += 64 - popcount(w)
-		}
-		if g.bits[i] == nil {
-			return int64(0)
-		}
-		if zeros == 0 {
-			zeros = 1 // saturated: the estimate is a lower bound
-		}
-		return int64(math.Round(-distinctBits * math.Log(float64(zeros)/distinctBits)))
-	case AggSample:
-		out := []any{}
-		for _, v := range g.samp[i] {
-			if a.ArgType == TStack {
-				user := false
-				if id, ok := a.Arg.(*Ident); ok && id.Name == "ustack" {
-					user = true
-				}
-				out = append(out, s.stack(v, user, pid))
-			} else {
-				out = append(out, v)
-			}
-		}
-		return out
-	}
-	return nil
-}
-
-func popcount(x uint64) int {
-	n := 0
-	for x != 0 {
-		x &= x - 1
-		n++
-	}
-	return n
-}
-
-// bucketBounds gives the value range [lo, hi) of a bucket.
-func bucketBounds(a *Agg, b int64) (lo, hi int64) {
-	switch a.Kind {
-	case AggHist:
-		if b == 0 {
-			return math.MinInt64, 1
-		}
-		lo = int64(1) << (b - 1)
-		if b >= 63 {
-			return lo, math.MaxInt64
-		}
-		return lo, int64(1) << b
-	case AggLHist:
-		if b == 0 {
-			return math.MinInt64, a.Min
-		}
-		if b > a.Buckets {
-			return a.Min + a.Buckets*a.Step, math.MaxInt64
-		}
-		lo = a.Min + (b-1)*a.Step
-		return lo, lo + a.Step
-	}
-	// log-linear
-	if b < 4 {
-		return b, b + 1
-	}
-	p, m := b/4+1, b%4
-	lo = (4 + m) << (p - 2)
-	return lo, (5 + m) << (p - 2)
-}
-
-// quantile interpolates linearly inside the log-linear bucket holding q.
-func quantile(h map[int64]uint64, q float64) any {
-	var total uint64
-	var bs []int64
-	for b, c := range h {
-		total += c
-		bs = append(bs, b)
-	}
-	if total == 0 {
-		return nil
-	}
-	sort.Slice(bs, func(i, j int) bool { return bs[i] < bs[j] })
-	rank := q * float64(total)
-	var cum float64
-	qa := &Agg{Kind: AggQuantile}
-	for _, b := range bs {
-		c := float64(h[b])
-		if cum+c >= rank {
-			lo, hi := bucketBounds(qa, b)
-			if b < 4 {
-				return float64(lo)
-			}
-			return float64(lo) + (rank-cum)/c*float64(hi-lo)
-		}
-		cum += c
-	}
-	lo, _ := bucketBounds(qa, bs[len(bs)-1])
-	return float64(lo)
-}
-
+// readRing reads the events a streaming probe sends and takes each as
+// the plan says: to its row at once (per event), into the evaluator's
+// groups, or held for the flush.
 func (s *Session) readRing() {
 	defer s.wg.Done()
 	p := s.plan
+	u := p.user
+	var rec ringbuf.Record
 	for {
-		rec, err := s.ring.Read()
-		if err != nil {
+		if err := s.ring.ReadInto(&rec); err != nil {
 			return
 		}
 		b := rec.RawSample
 		if len(b) < p.KeySize {
 			continue
 		}
-		row := make([]any, len(p.Emits))
-		var pid uint32
-		for _, e := range p.Emits {
-			if e.Col == "pid" {
-				pid = uint32(binary.LittleEndian.Uint64(b[e.Off:]))
+		row := s.decodeEvent(b)
+		if s.partials || u.duck != "" {
+			s.hold(row)
+			continue
+		}
+		if u.where != nil {
+			if ok, _ := truth(u.where(row, nil)); !ok {
+				continue
 			}
 		}
-		for i, e := range p.Emits {
-			v := s.decode(b[e.Off:e.Off+e.Size], e.Type, e.Expr, pid)
-			if e.Col == "time" {
-				v = time.Unix(0, v.(int64)).UTC()
-			}
-			row[i] = v
+		switch {
+		case u.aggregate:
+			s.mu.Lock()
+			s.aggregateEvent(row)
+			s.mu.Unlock()
+		case p.PerEvent && s.onRow != nil:
+			s.deliver(u.project(row))
+		default:
+			s.hold(row)
 		}
-		s.mu.Lock()
-		if len(s.events) < maxStreamRows {
-			s.events = append(s.events, row)
-		} else {
-			s.userLost++
-		}
-		s.mu.Unlock()
 	}
 }
 
-func (s *Session) flushStream(ctx context.Context) (*store.Result, error) {
+func (s *Session) hold(row []any) {
+	s.mu.Lock()
+	if len(s.held) < maxHeldRows {
+		s.held = append(s.held, row)
+	} else {
+		s.userLost++
+	}
+	s.mu.Unlock()
+}
+
+// deliver hands a per-event row over, until LIMIT rows have gone.
+func (s *Session) deliver(out []any) {
+	lim := s.plan.user.limit
+	s.mu.Lock()
+	over := lim >= 0 && s.rows >= lim || s.rowErr != nil
+	s.mu.Unlock()
+	if over {
+		return
+	}
+	err := s.onRow(out)
+	s.mu.Lock()
+	if err != nil {
+		s.rowErr = err
+	} else {
+		s.rows++
+	}
+	stop := err != nil || lim >= 0 && s.rows >= lim
+	s.mu.Unlock()
+	if stop {
+		s.doneOnce.Do(func() { close(s.done) })
+	}
+}
+
+// RowErr is the error handing a row over gave, if any.
+func (s *Session) RowErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rowErr
+}
+
+// decodeEvent decodes an event record into the events table's row.
+func (s *Session) decodeEvent(b []byte) []any {
 	p := s.plan
+	row := make([]any, len(p.Emits))
+	var pid uint32
+	for _, e := range p.Emits {
+		if e.Col == "pid" {
+			pid = uint32(binary.LittleEndian.Uint64(b[e.Off:]))
+		}
+	}
+	for i, e := range p.Emits {
+		row[i] = s.decode(b[e.Off:e.Off+e.Size], e.Type, e.Expr, pid)
+	}
+	return row
+}
+
+// aggregateEvent adds an event to the evaluator's groups.
+func (s *Session) aggregateEvent(row []any) {
+	u := s.plan.user
+	keys := make([]any, len(u.keys))
+	for i, k := range u.keys {
+		keys[i] = k(row, nil)
+	}
+	g := s.agg.get(keys)
+	if g == nil {
+		return
+	}
+	g.count++
+	for i, a := range s.plan.Aggs {
+		var v any
+		if u.args[i] != nil {
+			v = u.args[i](row, nil)
+		}
+		w := int64(1)
+		if u.weights[i] != nil {
+			w, _ = u.weights[i](row, nil).(int64)
+		}
+		g.add(a, i, v, w)
+	}
+}
+
+func (s *Session) flushStream(ctx context.Context) (*store.Result, bool, error) {
+	p := s.plan
+	u := p.user
 	// Let the reader drain what the ring holds now.
 	time.Sleep(swapGrace)
 	s.mu.Lock()
-	rows := s.events
-	s.events = nil
-	s.mu.Unlock()
-	var cols, types []string
-	for _, e := range p.Emits {
-		cols = append(cols, e.Col)
-		t := duckType(e.Type)
-		if e.Col == "time" {
-			t = "TIMESTAMP_NS"
-		}
-		types = append(types, t)
+	rows := s.held
+	s.held = nil
+	gs := s.agg
+	if gs != nil {
+		s.agg = newGroups(len(p.Aggs), p.Opts.MapSize)
+		s.agg.full, gs.full = gs.full, 0
 	}
-	return s.userPart(ctx, "events", cols, types, rows)
-}
-
-// userPart runs the plan's user-space SQL over rows in an in-memory DuckDB.
-func (s *Session) userPart(ctx context.Context, table string, cols, types []string, rows [][]any) (*store.Result, error) {
+	delivered := s.rows
+	s.mu.Unlock()
 	if s.partials {
+		cols, types := partialColumns(p)
 		if rows == nil {
 			rows = [][]any{}
 		}
-		return &store.Result{Columns: cols, Types: types, Rows: rows}, nil
+		return &store.Result{Columns: cols, Types: types, Rows: rows}, len(rows) > 0, nil
 	}
-	if table == "partials" && s.plan.Direct != nil && s.plan.UserSQL == s.plan.directSQL {
-		return s.plan.project(types, rows), nil
+	if u.duck != "" {
+		table, cols, types := p.inputTable()
+		res, err := s.duckRun(ctx, table, cols, types, rows)
+		return res, len(rows) > 0, err
 	}
-	if s.db == nil {
-		c, err := duckdb.NewConnector("", func(e driver.ExecerContext) error {
-			_, err := e.ExecContext(ctx, "SET threads=1; SET enable_external_access=false", nil)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("user-space engine: %w", err)
+	if gs != nil {
+		events := len(gs.order) > 0
+		if len(gs.order) == 0 && len(u.keys) == 0 {
+			gs.get([]any{})
 		}
-		s.db = sql.OpenDB(c)
-		s.db.SetMaxOpenConns(1)
+		return s.finishGroups(ctx, gs, events)
 	}
-	conn, err := s.db.Conn(ctx)
+	if p.PerEvent && s.onRow != nil {
+		// The rows went out as they came.
+		return &store.Result{Columns: p.Columns, Types: u.duckTypes(p), Rows: [][]any{}}, delivered > 0, nil
+	}
+	res, err := s.userPart(ctx, rows)
+	return res, len(rows) > 0, err
+}
+
+// userPart runs the user-space part over an interval's input rows.
+func (s *Session) userPart(ctx context.Context, rows [][]any) (*store.Result, error) {
+	p := s.plan
+	if p.user.duck != "" || p.UserSQL != p.plannedSQL {
+		// DuckDB runs it: the evaluator cannot, or the part was changed
+		// after planning.
+		table, cols, types := p.inputTable()
+		return s.duckRun(ctx, table, cols, types, rows)
+	}
+	return &store.Result{Columns: p.Columns, Types: p.user.duckTypes(p), Rows: p.user.finish(rows)}, nil
+}
+
+func (s *Session) duckRun(ctx context.Context, table string, cols, types []string, rows [][]any) (*store.Result, error) {
+	res, err := s.duck.run(ctx, table, cols, types, rows, s.plan.UserSQL, s.plan.Columns)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("user-space part of the query: %w", s.plan.duckError(err))
 	}
-	defer conn.Close()
-	if !s.funcs {
-		if err := registerUserFuncs(conn); err != nil {
-			return nil, fmt.Errorf("user-space engine: %w", err)
+	return res, nil
+}
+
+// project computes an event's output row.
+func (u *userPart) project(row []any) []any {
+	out := make([]any, len(u.items))
+	for i, f := range u.items {
+		out[i] = f(row, out)
+	}
+	return out
+}
+
+// finish computes the output over input rows: SELECT, HAVING, DISTINCT,
+// ORDER BY, LIMIT.
+func (u *userPart) finish(rows [][]any) [][]any {
+	type pair struct{ in, out []any }
+	var kept []pair
+	seen := map[string]bool{}
+	for _, r := range rows {
+		out := u.project(r)
+		if u.having != nil {
+			if ok, _ := truth(u.having(r, out)); !ok {
+				continue
+			}
 		}
-		s.funcs = true
-	}
-	var defs []string
-	for i := range cols {
-		defs = append(defs, quoteIdent(cols[i])+" "+types[i])
-	}
-	if len(defs) == 0 {
-		defs = []string{"_ BIGINT"}
-	}
-	if _, err := conn.ExecContext(ctx, "CREATE OR REPLACE TABLE "+table+" ("+strings.Join(defs, ", ")+")"); err != nil {
-		return nil, fmt.Errorf("user-space table: %w", err)
-	}
-	if len(rows) > 0 {
-		err = conn.Raw(func(dc any) error {
-			a, err := duckdb.NewAppenderFromConn(dc.(driver.Conn), "", table)
-			if err != nil {
-				return err
+		if u.distinct {
+			id := keyID(out)
+			if seen[id] {
+				continue
 			}
-			for _, r := range rows {
-				vals := make([]driver.Value, len(r))
-				for i, v := range r {
-					vals[i] = v
+			seen[id] = true
+		}
+		kept = append(kept, pair{r, out})
+	}
+	if len(u.order) > 0 {
+		sort.SliceStable(kept, func(i, j int) bool {
+			for _, o := range u.order {
+				a, b := o.fn(kept[i].in, kept[i].out), o.fn(kept[j].in, kept[j].out)
+				c := orderCompare(a, b)
+				if c == 0 {
+					continue
 				}
-				if err := a.AppendRow(vals...); err != nil {
-					a.Close()
-					return err
+				if o.desc {
+					return c > 0
 				}
+				return c < 0
 			}
-			return a.Close()
+			return false
 		})
-		if err != nil {
-			return nil, fmt.Errorf("user-space table: %w", err)
-		}
 	}
-	rs, err := conn.QueryContext(ctx, s.plan.UserSQL)
-	if err != nil {
-		return nil, fmt.Errorf("user-space part of the query (%s): %w", s.plan.UserSQL, err)
+	if u.limit >= 0 && int64(len(kept)) > u.limit {
+		kept = kept[:u.limit]
 	}
-	defer rs.Close()
-	res := &store.Result{Columns: s.plan.Columns}
-	cts, _ := rs.ColumnTypes()
-	for _, ct := range cts {
-		res.Types = append(res.Types, ct.DatabaseTypeName())
+	out := make([][]any, len(kept))
+	for i, k := range kept {
+		out[i] = k.out
 	}
-	for rs.Next() {
-		vals := make([]any, len(cts))
-		ptrs := make([]any, len(cts))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rs.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		for i, v := range vals {
-			if u, ok := v.(uint64); ok && u <= math.MaxInt64 {
-				vals[i] = int64(u)
-			}
-		}
-		res.Rows = append(res.Rows, vals)
+	return out
+}
+
+// orderCompare orders values as DuckDB's ORDER BY: NULLs last.
+func orderCompare(a, b any) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return 1
+	case b == nil:
+		return -1
 	}
-	return res, rs.Err()
+	if ab, ok := a.(bool); ok {
+		bb, _ := b.(bool)
+		switch {
+		case ab == bb:
+			return 0
+		case !ab:
+			return -1
+		}
+		return 1
+	}
+	c, _ := compareValues(a, b)
+	return c
+}
+
+// duckTypes are the output's type names, as DuckDB would report them.
+func (u *userPart) duckTypes(p *Plan) []string {
+	var out []string
+	for i, t := range u.outTypes {
+		var a *Agg
+		if c, ok := p.Query.Select[i].Expr.(*Call); ok {
+			a = p.aggOf(c)
+		}
+		name := duckTypeOf(t, a)
+		switch t {
+		case TBuckets:
+			name = `STRUCT("lo" BIGINT, "hi" BIGINT, "count" BIGINT)[]`
+		case TNull:
+			name = `"NULL"`
+		case TAny:
+			name = "VARCHAR"
+		}
+		out = append(out, name)
+	}
+	return out
 }

@@ -17,23 +17,57 @@ import (
 // returned function, which waits for the workload to finish.
 func workload(t *testing.T, n, r, m int) (bin string, pid int, run func()) {
 	t.Helper()
+	bin, pid, run, _ = heldWorkload(t, n, r, m, false)
+	return bin, pid, run
+}
+
+// heldWorkload is workload; with hold, the workload then waits until
+// release, and run returns once its calls are made.
+func heldWorkload(t *testing.T, n, r, m int, hold bool) (bin string, pid int, run, release func()) {
+	t.Helper()
 	bin = testutil.BuildWorkload(t, "tracecalls")
-	gate := filepath.Join(t.TempDir(), "gate")
-	cmd := exec.Command(bin, gate, fmt.Sprint(n), fmt.Sprint(r), fmt.Sprint(m))
+	dir := t.TempDir()
+	gate, held := filepath.Join(dir, "gate"), filepath.Join(dir, "held")
+	args := []string{gate, fmt.Sprint(n), fmt.Sprint(r), fmt.Sprint(m)}
+	if hold {
+		if err := os.WriteFile(held, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, held)
+	}
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	waitGateLoop(t, cmd.Process.Pid)
-	return bin, cmd.Process.Pid, func() {
+	wait := func() {
 		t.Helper()
-		if err := os.WriteFile(gate, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("workload: %v", err)
 		}
 	}
+	return bin, cmd.Process.Pid, func() {
+			t.Helper()
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if !hold {
+				wait()
+				return
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				if _, err := os.Stat(held + ".ran"); err == nil {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the workload did not make its calls in 10 s")
+				}
+			}
+		}, func() {
+			os.Remove(held)
+			wait()
+		}
 }
 
 // waitGateLoop waits until the workload sleeps in its gate loop: until

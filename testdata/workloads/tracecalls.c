@@ -1,8 +1,11 @@
 // tracecalls makes a known number of calls for holter trace's exactness and
 // agreement tests: after the gate file (argv[1]) appears it calls getppid N
 // times, reads /dev/zero R times cycling through sizes 1, 100, 1000 and
-// 5000 bytes, and calls traced_add(i, 2*i) M times for i = 0..M-1.
+// 5000 bytes, and calls traced_add(i, 2*i) M times for i = 0..M-1; then,
+// given a hold file (argv[5]), it makes argv[5].ran and waits while the
+// hold file exists, so that the tracer can still read its mappings.
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -16,7 +19,7 @@ __attribute__((noinline)) long traced_add(long a, long b)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5)
+	if (argc != 5 && argc != 6)
 		return 2;
 	long n = atol(argv[2]), r = atol(argv[3]), m = atol(argv[4]);
 	struct timespec ts = {0, 1000000};
@@ -36,5 +39,12 @@ int main(int argc, char **argv)
 	long sum = 0;
 	for (long i = 0; i < m; i++)
 		sum += traced_add(i, 2 * i);
+	if (argc == 6) {
+		char ran[4096];
+		snprintf(ran, sizeof ran, "%s.ran", argv[5]);
+		close(open(ran, O_CREAT | O_WRONLY, 0644));
+		while (access(argv[5], F_OK) == 0)
+			nanosleep(&ts, NULL);
+	}
 	return sum == 3 * m * (m - 1) / 2 ? 0 : 1;
 }
