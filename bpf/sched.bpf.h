@@ -176,12 +176,21 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	}
 }
 
-/* next switches in: close its sleep and its wait to run. */
+/* next switches in: close its sleep and its wait to run. Its state is not
+ * even looked up when neither can qualify: a sleep began after the task
+ * last arrived on a CPU (sched_info.last_arrival) and ended when it was
+ * queued, so in a storm of short sleeps and waits (a ping-pong over a
+ * pipe) nothing more is done. */
 static __always_inline void switch_in(struct hl_control *ctl, struct task_struct *next, __u64 now)
 {
-	struct task_state *ts = bpf_task_storage_get(&task_states, next, 0, 0);
 	__u64 queued = next->sched_info.last_queued, blocked = 0;
+	__u64 arrived = next->sched_info.last_arrival;
+	struct task_state *ts;
 
+	if ((!queued || now < queued + ctl->sched_min_ns) &&
+	    (queued ? queued : now) < arrived + ctl->blck_min_ns)
+		return;
+	ts = bpf_task_storage_get(&task_states, next, 0, 0);
 	if (!ts)
 		return;
 	if (ts->sleep_ts) {
