@@ -44,7 +44,7 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	s = sample_begin(&v, VITAL_CPU, site, 0, who, weight);
 	if (!s)
 		return 0;
-	ident_from_task(s, task);
+	ident_from_current(s, task);
 	s->f[0] = ip;
 	s->f[1] = kernel;
 	take_stacks(ctx, s, task, true);

@@ -49,7 +49,7 @@
 
 #define HCA_ROWS 4
 #define HCA_WIDTH 512
-#define HOT_SLOTS 4
+#define HOT_SLOTS 8
 #define SEEN_BITS 16384
 #define SEEN_HASHES 3
 #define MAX_STACK 64
@@ -681,6 +681,8 @@ static __always_inline struct hl_sample *sample_begin(struct verdict *v, __u32 v
 	return s;
 }
 
+/* The identity of the task a sample is charged to, when it is not the
+ * current one (probe reads: the pointers are not all trusted). */
 static __always_inline void ident_from_task(struct hl_sample *s, struct task_struct *task)
 {
 	s->pid = BPF_CORE_READ(task, tgid);
@@ -691,6 +693,40 @@ static __always_inline void ident_from_task(struct hl_sample *s, struct task_str
 	s->start_code = BPF_CORE_READ(task, mm, start_code);
 	s->mmap_base = BPF_CORE_READ(task, mm, mmap_base);
 	BPF_CORE_READ_STR_INTO(&s->comm, task, comm);
+}
+
+/* ident_from_task for the current task: plain loads through the trusted
+ * task pointer and helpers, a fifth of the probe reads' cost (~100 ns
+ * against ~500 on the test machine). */
+static __always_inline void ident_from_current(struct hl_sample *s, struct task_struct *task)
+{
+	struct mm_struct *mm = task->mm;
+
+	s->pid = task->tgid;
+	s->tid = task->pid;
+	s->uid = (__u32)bpf_get_current_uid_gid();
+	s->exe_ino = 0;
+	s->exe_dev = 0;
+	if (mm) {
+		if (mm->exe_file) {
+			s->exe_ino = mm->exe_file->f_inode->i_ino;
+			s->exe_dev = mm->exe_file->f_inode->i_sb->s_dev;
+		}
+		s->start_code = mm->start_code;
+		s->mmap_base = mm->mmap_base;
+	}
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+}
+
+/* Whether a vital's samples carry the kernel stack. Walking it costs more
+ * than anything else a sample does (3.8 of the 5.5 µs a signal's sample
+ * took on the test machine), and at a system call's exit, at a user page
+ * fault and in a socket's send or receive it is the same few frames of
+ * entry and exit every time: those vitals' samples have the user stack
+ * only. */
+static __always_inline bool vital_kstack(__u32 vital)
+{
+	return vital != VITAL_SYSCALL && vital != VITAL_UMEM && vital != VITAL_SOCK;
 }
 
 #define NR_EXECVE 59
@@ -792,8 +828,8 @@ static __always_inline struct hl_sample *current_event(void *ctx, struct hl_cont
 	s = sample_begin(v, vital, w0, w1, w2, weight);
 	if (!s)
 		return NULL;
-	ident_from_task(s, task);
-	take_stacks(ctx, s, task, true);
+	ident_from_current(s, task);
+	take_stacks(ctx, s, task, vital_kstack(vital));
 	return s;
 }
 

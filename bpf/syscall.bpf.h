@@ -79,7 +79,7 @@ int BPF_PROG(vital_sys_last, struct task_struct *p, bool group_dead)
 	s = sample_begin(&v, VITAL_SYSCALL, p->tgid, nr, who, 1);
 	if (!s)
 		return 0;
-	ident_from_task(s, p);
+	ident_from_current(s, p);
 	take_stacks(ctx, s, p, false);
 	s->f[0] = nr;
 	s->f[1] = (p->exit_code >> 8) & 0xff;

@@ -74,7 +74,7 @@ type vitalsHlStats struct {
 	Runs        uint64
 	Sketched    uint64
 	Thinned     uint64
-	Hot         [4]struct {
+	Hot         [8]struct {
 		_       structs.HostLayout
 		Key     [3]uint64
 		Hash    uint64

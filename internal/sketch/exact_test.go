@@ -68,7 +68,7 @@ typedef uint32_t __u32;
 
 #define HCA_ROWS 4
 #define HCA_WIDTH 512
-#define HOT_SLOTS 4
+#define HOT_SLOTS 8
 #define SEEN_BITS 16384
 #define SEEN_HASHES 3
 struct hca { __u32 c[HCA_ROWS][HCA_WIDTH]; __u64 seen[SEEN_BITS / 64]; };

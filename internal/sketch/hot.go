@@ -2,7 +2,7 @@ package sketch
 
 // HotSlots is how many hot labels each CPU keeps per vital (HOT_SLOTS in
 // bpf/sketch.h).
-const HotSlots = 4
+const HotSlots = 8
 
 // Compile-time check: a slot is chosen by masking.
 var _ = [1]struct{}{}[HotSlots&(HotSlots-1)]
