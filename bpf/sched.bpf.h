@@ -33,8 +33,10 @@
  * for sampled events only.
  *
  * A task that goes to sleep in a system call also leaves the call's
- * number, stack pointer and the time in its state, for the syscall vital
- * to time the call when it returns.
+ * number, stack pointer and the time in its state; when it wakes from a
+ * sleep that qualifies for blck, its switch-in hands them to the syscall
+ * vital through the CPU's woke record, which times the call when it
+ * returns (on the same CPU, as it nearly always does).
  *
  * Fields (sched): f[0] prio, f[1] delay ns, f[2] site, f[3] 1 if preempted
  * Fields (blck):  f[0] prio, f[1] blocked ns, f[2] site, f[3] sleep state
@@ -45,9 +47,9 @@ struct task_state {
 	__u64 site_key;     /* site at the last switch-out (user PC, stack pointer) */
 	__u64 ustack_key;   /* site the user stack was taken at */
 	__u64 ustack_ts;    /* when */
-	__u64 slept_ts;     /* the last sleep in a system call: when, */
+	__u64 slept_ts;     /* the sleep in a system call: when it began, */
 	__u64 slept_sp;     /* the call's user stack pointer */
-	__s64 slept_nr;     /* and number */
+	__s64 slept_nr;     /* and number; -1 when not in a system call */
 	__u32 sleep_state;
 	__u32 preempted;
 	__s32 ustack_bytes;
@@ -169,12 +171,28 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	ts->preempted = 0;
 	ts->sleep_ts = now;
 	ts->sleep_state = prev_state;
-	if (nr >= 0) {
+	/* a call that sleeps again keeps the start of its first sleep */
+	if (nr != ts->slept_nr || sp != ts->slept_sp || !ts->slept_ts)
 		ts->slept_ts = now;
-		ts->slept_sp = sp;
-		ts->slept_nr = nr;
-	}
+	ts->slept_sp = sp;
+	ts->slept_nr = nr;
 }
+
+/* The call a task woke in, for the syscall vital (see the top). */
+struct woke {
+	__u64 sp;
+	__u64 slept_ts;
+	__s64 nr;
+	__u32 tid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct woke);
+} woke SEC(".maps");
 
 /* next switches in: close its sleep and its wait to run. Its state is not
  * even looked up when neither can qualify: a sleep began after the task
@@ -198,6 +216,17 @@ static __always_inline void switch_in(struct hl_control *ctl, struct task_struct
 		 * counts as asleep until now */
 		blocked = (queued > ts->sleep_ts ? queued : now) - ts->sleep_ts;
 		ts->sleep_ts = 0;
+		if (ts->slept_nr >= 0 && ts->slept_ts) {
+			__u32 zero = 0;
+			struct woke *w = bpf_map_lookup_elem(&woke, &zero);
+
+			if (w) {
+				w->tid = next->pid;
+				w->nr = ts->slept_nr;
+				w->sp = ts->slept_sp;
+				w->slept_ts = ts->slept_ts;
+			}
+		}
 	}
 	if (blocked >= ctl->blck_min_ns && blocked && vital_enabled(ctl, VITAL_BLCK))
 		emit_switch_in(ctl, VITAL_BLCK, next, ts, blocked, ts->sleep_state);

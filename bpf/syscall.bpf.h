@@ -9,13 +9,12 @@
  * one, the place within an 8 KiB window) with its low 8 bits masked, and
  * the number.
  *
- * Weight: 1 for a call that did not block; for one that did, the µs from
- * the moment it went to sleep until it ran again, which the context-switch
- * program (sched.bpf.h) noted, when sched or blck is recorded. A fast call
- * is not timed: that would take a clock read at entry and at exit, more
- * than the rest of the program. The hot-slot key holds the task's count
- * of voluntary context switches, so a call that blocked always goes past
- * its slot to be timed.
+ * Weight: 1 for a call that did not block 1 ms or more; for one that did,
+ * the µs from the moment it went to sleep until it ran again, which the
+ * context-switch program (sched.bpf.h) hands over in the CPU's woke record
+ * when sched or blck is recorded: such a call goes past its hot slot to be
+ * timed. A fast call is not timed: that would take a clock read at entry
+ * and at exit, more than the rest of the program.
  *
  * Fields: f[0] syscall number, f[1] first argument, f[2] return value,
  * f[3] latency ns and f[4] 1 when the call blocked and was timed.
@@ -93,13 +92,13 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
 	struct mm_struct *mm;
-	struct task_state *ts;
 	struct hot_slot *h;
 	struct hl_stats *st;
 	struct hl_sample *s;
+	struct woke *w;
 	struct verdict v;
-	__u64 depth, nr, site, nvcsw, lat = 0;
-	__u32 weight = 1;
+	__u64 depth, nr, site, lat = 0;
+	__u32 weight = 1, zero = 0;
 
 	if (!vital_enabled(ctl, VITAL_SYSCALL))
 		return 0;
@@ -113,23 +112,24 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	depth = stack_depth(mm, regs->sp) & ~0xffULL;
 	nr = regs->orig_ax;
 	site = depth ^ (nr << 48);
-	nvcsw = task->nvcsw;
+	w = bpf_map_lookup_elem(&woke, &zero);
+	if (w && w->tid == task->pid) {
+		w->tid = 0;
+		if (w->nr == nr && w->sp == regs->sp) {
+			lat = task_rq_clock(task) - w->slept_ts;
+			weight = clamp_weight(lat / 1000);
+		}
+	}
 	h = hot_slot_of(st, proc_key(mm), site);
-	if (hot_hit(h, proc_key(mm), site, nvcsw, 1)) {
+	if (!lat && hot_hit(h, proc_key(mm), site, 0, 1)) {
 		st->events++;
 		st->weight++;
 		return 0;
 	}
 	/* Past its slot: new here, crossing a power of t, or it blocked. */
-	ts = bpf_task_storage_get(&task_states, task, 0, 0);
-	if (ts && ts->slept_nr == nr && ts->slept_sp == regs->sp && ts->slept_ts) {
-		lat = task_rq_clock(task) - ts->slept_ts;
-		ts->slept_ts = 0;
-		weight = clamp_weight(lat / 1000);
-	}
 	st->events++;
 	st->weight += weight;
-	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc_key(mm), site, nvcsw,
+	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc_key(mm), site, 0,
 			  depth, nr, current_who(task), weight, &v);
 	if (!s)
 		return 0;

@@ -75,7 +75,7 @@ func (o *objects) mapReplacements() map[string]*ebpf.Map {
 		vitalsMapControl: m.Control, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
 		vitalsMapSamples: m.Samples, vitalsMapTaskStates: m.TaskStates, vitalsMapTaskMarks: m.TaskMarks,
 		vitalsMapInflight: m.Inflight, vitalsMapInflightStacks: m.InflightStacks, vitalsMapIoScratch: m.IoScratch,
-		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth,
+		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth, vitalsMapWoke: m.Woke,
 		vitalsMapBoosted: m.Boosted, vitalsMapBoostTaken: m.BoostTaken,
 	}
 }

@@ -142,6 +142,15 @@ type vitalsTaskState struct {
 	Ustack      [64]uint64
 }
 
+type vitalsWoke struct {
+	_       structs.HostLayout
+	Sp      uint64
+	SleptTs uint64
+	Nr      int64
+	Tid     uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -159,6 +168,7 @@ const (
 	vitalsMapStats                = "stats"
 	vitalsMapTaskMarks            = "task_marks"
 	vitalsMapTaskStates           = "task_states"
+	vitalsMapWoke                 = "woke"
 	vitalsProgVitalBlioComplete   = "vital_blio_complete"
 	vitalsProgVitalBlioInsert     = "vital_blio_insert"
 	vitalsProgVitalBlioIssue      = "vital_blio_issue"
@@ -253,6 +263,7 @@ type vitalsMapSpecs struct {
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TaskMarks      *ebpf.MapSpec `ebpf:"task_marks"`
 	TaskStates     *ebpf.MapSpec `ebpf:"task_states"`
+	Woke           *ebpf.MapSpec `ebpf:"woke"`
 }
 
 // vitalsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -295,6 +306,7 @@ type vitalsMaps struct {
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TaskMarks      *ebpf.Map `ebpf:"task_marks"`
 	TaskStates     *ebpf.Map `ebpf:"task_states"`
+	Woke           *ebpf.Map `ebpf:"woke"`
 }
 
 func (m *vitalsMaps) Close() error {
@@ -312,6 +324,7 @@ func (m *vitalsMaps) Close() error {
 		m.Stats,
 		m.TaskMarks,
 		m.TaskStates,
+		m.Woke,
 	)
 }
 
