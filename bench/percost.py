@@ -8,6 +8,11 @@ hooks = {}  # program -> (vital, hook)
 for line in open(f"{work}/hooks"):
     vital, prog, hook = line.split()
     hooks.setdefault(prog, (vital, hook))
+# programs of earlier recorders (HOLTER_BIN=...), for before/after figures
+for prog, vital, hook in [("vital_sys_enter", "syscall", "sys_enter"),
+                          ("vital_sched_wakeup", "sched", "sched_wakeup"),
+                          ("vital_sched_wakeup_new", "sched", "sched_wakeup_new")]:
+    hooks.setdefault(prog, (vital, hook))
 
 
 def stats(path):
@@ -18,7 +23,7 @@ def stats(path):
     return out
 
 
-for w in ("lat", "churn"):
+for w in ("storms", "churn"):
     ours = collections.Counter()
     ours_ns = collections.Counter()
     floor = collections.Counter()
@@ -36,7 +41,9 @@ for w in ("lat", "churn"):
     print(f"  {'vital':8} {'program':24} {'hook':18} {'runs':>10} {'holter':>8} {'floor':>8} {'ratio':>6}")
     per_vital = collections.defaultdict(lambda: [0, 0, 0, 0])
     for prog in sorted(ours, key=lambda p: hooks.get(p, ("?", p))):
-        vital, hook = hooks.get(prog, ("?", "?"))
+        if prog not in hooks or not ours[prog]:
+            continue  # not a vital's (the account programs), or never ran
+        vital, hook = hooks[prog]
         runs, ns = ours[prog], ours_ns[prog]
         fr, fns = floor.get(hook, 0), floor_ns.get(hook, 0)
         h = ns / runs if runs else float("nan")
