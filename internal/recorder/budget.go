@@ -12,8 +12,8 @@ import (
 // by the programs themselves, hl_stats.runs) at what a run cost in the
 // last window of the kernel's statistics (runPrice), and the
 // epoch loop's CPU time (reading and symbolising samples) shared out by
-// samples — and adapts within the second a storm begins, not an epoch
-// later. The process's other work, which no threshold reduces (committing
+// samples among the vitals other than cpu and sched (paysLoop) — and
+// adapts within the second a storm begins, not an epoch later. The process's other work, which no threshold reduces (committing
 // epochs, receiving and accounting spans, analyses, the API), is left out
 // of these decisions, though the stored monitor cost includes it.
 //
@@ -96,6 +96,16 @@ func thinnable(v Vital) bool {
 	return true
 }
 
+// paysLoop reports whether v is charged its share of the epoch loop's
+// CPU time. cpu and sched are not: they are what the recorder sees the
+// machine by, and the loop's time follows the machine's processes (a
+// host's first samples, or a burst of new programs, have their files read
+// and symbolised) more than their thresholds; only their programs' runs
+// may throttle them.
+func paysLoop(v Vital) bool {
+	return v != CPU && v != Sched
+}
+
 // runPrice is what a run of v's programs cost in the last window that
 // priced them, over all its programs' runs. r.ctlMu held.
 func (r *Recorder) runPrice(v Vital) time.Duration {
@@ -148,13 +158,15 @@ func (r *Recorder) govern(now time.Time) {
 	}
 	capacity := float64(wall) * float64(r.ncpu)
 	var totalSamples uint64
-	for _, c := range d {
-		totalSamples += c.samples
+	for v, c := range d {
+		if paysLoop(Vital(v)) {
+			totalSamples += c.samples
+		}
 	}
 	cost := map[Vital]float64{}
 	for v := range r.attached {
 		c := float64(d[v].runs) * float64(r.runPrice(v)+r.clock.windowCost())
-		if totalSamples > 0 {
+		if paysLoop(v) && totalSamples > 0 {
 			c += float64(dLoop) * float64(d[v].samples) / float64(totalSamples)
 		}
 		cost[v] = c / capacity

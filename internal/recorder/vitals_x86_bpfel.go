@@ -22,7 +22,7 @@ type vitalsBoost struct {
 type vitalsHca struct {
 	_    structs.HostLayout
 	C    [4][512]uint32
-	Seen [256]uint64
+	Seen [1024]uint64
 }
 
 type vitalsHlControl struct {

@@ -69,7 +69,7 @@ typedef uint32_t __u32;
 #define HCA_ROWS 4
 #define HCA_WIDTH 512
 #define HOT_SLOTS 8
-#define SEEN_BITS 16384
+#define SEEN_BITS 65536
 #define SEEN_HASHES 3
 struct hca { __u32 c[HCA_ROWS][HCA_WIDTH]; __u64 seen[SEEN_BITS / 64]; };
 struct hot_slot { __u64 key[3]; __u64 hash; __u32 left; __u32 pending; };

@@ -20,7 +20,7 @@ const (
 // in bpf/sketch.h): a Bloom filter with SeenHashes bits a label, so that a
 // label's first event is sampled even when its counters are all shared.
 const (
-	SeenBits   = 16384
+	SeenBits   = 65536
 	SeenHashes = 3
 	SeenWords  = SeenBits / 64
 )
@@ -191,8 +191,8 @@ func (h *HCA) Estimate(l Label) uint32 {
 // DistinctEstimate estimates the number of distinct labels added to this
 // copy from its seen array, by linear counting: -(m/k) ln(zeros/m), m bits,
 // k a label, zeros the bits still clear. The estimate is good up to a few
-// times m/k (about 5000 labels). When no bit is clear the result is the
-// value for a single one, (m/k) ln m (about 53 000): read it as "at least
+// times m/k (about 20 000 labels). When no bit is clear the result is the
+// value for a single one, (m/k) ln m (about 242 000): read it as "at least
 // about that many".
 func (h *HCA) DistinctEstimate() float64 {
 	zeros := 0
