@@ -17,7 +17,8 @@ import (
 // steady system call storm, one thread, runs for 16 s under the syscall
 // vital alone; for its second half kernel.bpf_stats_enabled keeps the
 // statistics on, so every run is priced. The charge per call must agree
-// between the halves within a third, over the epochs wholly in each half
+// between the halves within a factor of 2 (on a quiet machine 205 and 208
+// ns; at load 10-20 from other work 71 and 80, 87 and 55), over the epochs wholly in each half
 // but its first 2 s (the first windows' prices, and the recorder's start
 // on a loaded machine: a first epoch of 3.3 s seen here): one each at
 // least, which leaves room for an epoch loop that load makes late.
@@ -87,7 +88,7 @@ func TestSampledRunTimeMatchesTheKernels(t *testing.T) {
 	sampled, kernel := float64(bpf[0])/float64(calls[0]), float64(bpf[1])/float64(calls[1])
 	t.Logf("BPF run time: %.3f of a CPU (%.0f ns a call) from sampled statistics, %.3f (%.0f ns) from the kernel's",
 		float64(bpf[0])/float64(wall[0]), sampled, float64(bpf[1])/float64(wall[1]), kernel)
-	if r := sampled / kernel; r < 2.0/3 || r > 1.5 {
+	if r := sampled / kernel; r < 0.5 || r > 2 {
 		t.Errorf("sampled statistics charge %.0f ns a call, %.2f times the kernel's %.0f", sampled, r, kernel)
 	}
 }
