@@ -46,8 +46,18 @@ int BPF_PROG(vital_sys_last, struct task_struct *p, bool group_dead)
 	struct verdict v;
 	__u64 who;
 	__u32 nr;
+	int code;
 
-	if (!record_current(ctl, VITAL_SYSCALL) || !p->mm || (p->exit_code & 0x7f))
+	/* The tracepoint comes before do_exit sets exit_code: a process's
+	 * status is its group's exit code when the group is exiting (exit_group
+	 * or a fatal signal), exit_code otherwise (a thread's own exit). A
+	 * killed process's low 7 bits are the signal. */
+	if (!record_current(ctl, VITAL_SYSCALL) || !p->mm)
+		return 0;
+	code = p->exit_code;
+	if (p->signal->flags & SIGNAL_GROUP_EXIT_FLAG)
+		code = p->signal->group_exit_code;
+	if (code & 0x7f)
 		return 0;
 	if (group_dead)
 		nr = NR_EXIT_GROUP;
@@ -66,7 +76,7 @@ int BPF_PROG(vital_sys_last, struct task_struct *p, bool group_dead)
 		if (!s)
 			return 0;
 		s->f[0] = nr;
-		s->f[1] = (p->exit_code >> 8) & 0xff;
+		s->f[1] = (code >> 8) & 0xff;
 		sample_submit(s, VITAL_SYSCALL, &v);
 		return 0;
 	}
@@ -81,7 +91,7 @@ int BPF_PROG(vital_sys_last, struct task_struct *p, bool group_dead)
 	ident_from_current(s, p);
 	take_stacks(ctx, s, p, false);
 	s->f[0] = nr;
-	s->f[1] = (p->exit_code >> 8) & 0xff;
+	s->f[1] = (code >> 8) & 0xff;
 	sample_submit(s, VITAL_SYSCALL, &v);
 	return 0;
 }
