@@ -16,7 +16,7 @@ remove_work() {
 	if [ -n "${KEEP:-}" ]; then cp -r "$work" "$KEEP"; fi
 	rm -rf "$work"
 }
-trap 'stop_recorder; remove_work' EXIT
+trap 'stop_recorder; stop_floor >/dev/null; remove_work' EXIT
 if [ -n "${HOLTER_BIN:-}" ]; then cp "$HOLTER_BIN" "$work/holter"; else go build -o "$work/holter" ./cmd/holter; fi
 
 # start_recorder DATA_DIR [FLAGS...]: holter record at defaults (no API;
@@ -47,4 +47,25 @@ stop_recorder() {
 # median_spread: reads numbers, prints "median (min … max)".
 median_spread() {
 	sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.4f (%.4f … %.4f)", a[int((NR+1)/2)], a[1], a[NR]}'
+}
+
+# start_floor: an empty program on every hook of the recorder's default
+# vitals (bench/bpfcost floor, built into $work/bpfcost); returns once
+# they are attached. stop_floor detaches them and prints their run counts
+# and times.
+floor=""
+start_floor() {
+	coproc FLOOR { exec "$work/bpfcost" floor "$@"; }
+	floor=$FLOOR_PID
+	local line
+	read -r line <&"${FLOOR[0]}" || { echo "bpfcost floor failed" >&2; exit 1; }
+	[ "$line" = attached ] || { echo "bpfcost floor: $line" >&2; exit 1; }
+}
+
+stop_floor() {
+	[ -n "$floor" ] || return 0
+	kill -INT "$floor"
+	cat <&"${FLOOR[0]}"
+	wait "$floor" 2>/dev/null || true
+	floor=""
 }

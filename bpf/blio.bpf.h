@@ -18,6 +18,9 @@
  * counts: on a device without a volatile cache the block layer completes
  * them without issuing them at all.
  *
+ * Label: the user-space site of submission (stable_addr: the same in every
+ * run of the program) and, for kernel threads (writeback), the thread.
+ *
  * Fields: f[0] device (kernel dev_t), f[1] sector, f[2] bytes requested,
  * f[3] bytes completed, f[4] op (REQ_OP_*), f[5] latency ns (issue to
  * completion), f[6] error (blk_status_t), f[7] queue ns (insert to issue).
@@ -29,6 +32,10 @@ struct io_state {
 	__u64 site;
 	__u64 sector;
 	__u64 exe_ino;
+	__u64 start_code;
+	__u64 mmap_base;
+	__u64 label_w0;
+	__u64 label_w1;
 	__u64 label_w2;
 	__u32 pid;
 	__u32 tid;
@@ -91,6 +98,9 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 key = (__u64)rq, now = bpf_ktime_get_ns();
 	struct io_state *io, fresh = {};
+	struct mm_struct *mm = task->mm;
+	struct hl_stats *st;
+	struct hot_slot *h;
 	struct verdict v;
 	__u32 zero = 0;
 
@@ -111,20 +121,30 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	fresh.pid = task->tgid;
 	fresh.tid = task->pid;
 	fresh.uid = (__u32)bpf_get_current_uid_gid();
-	if (task->mm) {
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-		fresh.site = regs ? regs->ip : 0;
+	if (mm) {
+		fresh.site = user_site(task);
 		fresh.exe_ino = BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino);
 		fresh.exe_dev = BPF_CORE_READ(task, mm, exe_file, f_inode, i_sb, s_dev);
+		fresh.start_code = mm->start_code;
+		fresh.mmap_base = mm->mmap_base;
 	}
 	bpf_get_current_comm(fresh.comm, sizeof(fresh.comm));
+	fresh.label_w0 = stable_addr(mm, fresh.site);
+	fresh.label_w1 = kthread_word(task);
 	fresh.label_w2 = who_word(fresh.exe_ino, fresh.uid);
 	fresh.self = fresh.pid == ctl->self_tgid;
 	if (fresh.self) { /* tracked only so its completion is not taken for a loss */
 		bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST);
 		return;
 	}
-	if (!sketch_update(ctl, VITAL_BLIO, fresh.pid, fresh.site, fresh.label_w2, fresh.bytes, &v))
+	st = run_stats(ctl, VITAL_BLIO);
+	if (!st)
+		return;
+	st->events++;
+	st->weight += fresh.bytes;
+	h = hot_slot_of(st, proc_key(mm), fresh.label_w0 ^ fresh.label_w1);
+	if (!sketch_event(ctl, VITAL_BLIO, st, h, proc_key(mm), fresh.label_w0 ^ fresh.label_w1, 0,
+			  fresh.label_w0, fresh.label_w1, fresh.label_w2, fresh.bytes, &v))
 		return;
 	fresh.est = v.est;
 	fresh.gen = v.gen;
@@ -185,13 +205,15 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 		v.gen = io->gen;
 		v.copy = ctl->gen & 1;
 		v.est = io->est;
-		s = sample_begin(&v, VITAL_BLIO, io->pid, io->site, io->label_w2, io->bytes);
+		s = sample_begin(&v, VITAL_BLIO, io->label_w0, io->label_w1, io->label_w2, io->bytes);
 		if (s) {
 			s->pid = io->pid;
 			s->tid = io->tid;
 			s->uid = io->uid;
 			s->exe_ino = io->exe_ino;
 			s->exe_dev = io->exe_dev;
+			s->start_code = io->start_code;
+			s->mmap_base = io->mmap_base;
 			__builtin_memcpy(s->comm, io->comm, sizeof(s->comm));
 			s->f[0] = io->dev;
 			s->f[1] = io->sector;
@@ -204,14 +226,11 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 			stk = io->sampled == 2 ? bpf_map_lookup_elem(&inflight_stacks, &key) : NULL;
 			if (stk) {
 				s->kstack_bytes = stk->kstack_bytes;
-				s->ustack_bytes = stk->ustack_bytes;
 				if (stk->kstack_bytes > 0)
-					bpf_probe_read_kernel(s->kstack, sizeof(s->kstack), stk->kstack);
-				if (stk->ustack_bytes > 0)
-					bpf_probe_read_kernel(s->ustack, sizeof(s->ustack), stk->ustack);
+					bpf_probe_read_kernel(s->stack, sizeof(stk->kstack), stk->kstack);
+				put_ustack(s, stk->ustack, stk->ustack_bytes);
 			}
-			note_stack(s, VITAL_BLIO, v.copy);
-			bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+			sample_submit(s, VITAL_BLIO, &v);
 		}
 		bpf_map_delete_elem(&inflight_stacks, &key);
 	}

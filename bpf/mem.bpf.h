@@ -3,17 +3,18 @@
  * kmem — kernel page allocation, and umem — user page faults (Chopstix §4.2).
  *
  * kmem: kmem:mm_page_alloc is the event, weighted by the pages allocated
- * (2^order), labelled by the process and the user-space site that led into
- * the allocator; mm_page_free adds the pages freed to the vital's exact
- * totals (vitals.secondary), so net allocation is visible per epoch.
- * The paper labelled by the kernel call site, which it got by patching the
- * allocator; a stack walk per page would cost too much, so the kernel
- * stack is taken for sampled events only.
+ * (2^order), labelled by the user-space site that led into the allocator
+ * (stable_addr: the same in every run of the program) and, for kernel
+ * threads, which have none, the thread; mm_page_free adds the pages freed
+ * to the vital's exact totals (vitals.secondary), so net allocation is
+ * visible per epoch. The paper labelled by the kernel call site, which it
+ * got by patching the allocator; a stack walk per page would cost too
+ * much, so the kernel stack is taken for sampled events only.
  * Fields: f[0] order, f[1] gfp flags, f[2] migrate type.
  *
- * umem: exceptions:page_fault_user; label: the faulting PC, low 8 bits
- * masked. Weight: 1. Fields: f[0] faulting address, f[1] exact PC,
- * f[2] error code.
+ * umem: exceptions:page_fault_user; label: the faulting PC as stable_addr
+ * gives it, low 8 bits masked. Weight: 1. Fields: f[0] faulting address,
+ * f[1] exact PC, f[2] error code.
  *
  * Free memory, the paper's other field, is added in user space when the
  * sample is read (within 100 ms of the event).
@@ -23,14 +24,29 @@ int BPF_PROG(vital_kmem_alloc, struct page *page, unsigned int order, gfp_t gfp,
 {
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
+	struct mm_struct *mm;
 	struct hl_sample *s;
+	struct hl_stats *st;
+	struct hot_slot *h;
 	struct verdict v;
+	__u64 site, w1;
+	__u32 weight = 1u << (order & 31);
 
-	if (!record_current(ctl, VITAL_KMEM) || !page)
+	if (!vital_enabled(ctl, VITAL_KMEM) || !page)
 		return 0;
 	task = bpf_get_current_task_btf();
-	s = current_event(ctx, ctl, VITAL_KMEM, task->tgid, user_site(task), current_who(task),
-			  1u << (order & 31), &v);
+	if (task->tgid == ctl->self_tgid)
+		return 0;
+	st = run_stats(ctl, VITAL_KMEM);
+	if (!st)
+		return 0;
+	mm = task->mm;
+	site = user_site(task);
+	w1 = kthread_word(task);
+	if (count_event(st, &h, proc_key(mm), site ^ w1, 0, weight))
+		return 0;
+	s = current_event(ctx, ctl, VITAL_KMEM, st, h, proc_key(mm), site ^ w1, 0,
+			  stable_addr(mm, site), w1, current_who(task), weight, &v);
 	if (!s)
 		return 0;
 	s->f[0] = order;
@@ -46,9 +62,9 @@ int BPF_PROG(vital_kmem_free, struct page *page, unsigned int order)
 	struct hl_control *ctl = get_control();
 	struct hl_stats *st;
 
-	if (!record_current(ctl, VITAL_KMEM))
+	if (!vital_enabled(ctl, VITAL_KMEM))
 		return 0;
-	st = stats_of(ctl->gen & 1, VITAL_KMEM);
+	st = run_stats(ctl, VITAL_KMEM);
 	if (st)
 		st->secondary += 1u << (order & 31);
 	return 0;
@@ -59,15 +75,28 @@ int BPF_PROG(vital_umem_fault, unsigned long address, struct pt_regs *regs, unsi
 {
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
+	struct mm_struct *mm;
 	struct hl_sample *s;
+	struct hl_stats *st;
+	struct hot_slot *h;
 	struct verdict v;
-	__u64 ip;
+	__u64 ip, site;
 
-	if (!record_current(ctl, VITAL_UMEM))
+	if (!vital_enabled(ctl, VITAL_UMEM))
 		return 0;
 	task = bpf_get_current_task_btf();
+	if (task->tgid == ctl->self_tgid)
+		return 0;
+	st = run_stats(ctl, VITAL_UMEM);
+	if (!st)
+		return 0;
+	mm = task->mm;
 	ip = regs->ip;
-	s = current_event(ctx, ctl, VITAL_UMEM, ip & ~0xffULL, 0, current_who(task), 1, &v);
+	site = stable_addr(mm, ip) & ~0xffULL;
+	if (count_event(st, &h, proc_key(mm), site, 0, 1))
+		return 0;
+	s = current_event(ctx, ctl, VITAL_UMEM, st, h, proc_key(mm), site, 0,
+			  site, 0, current_who(task), 1, &v);
 	if (!s)
 		return 0;
 	s->f[0] = address;

@@ -3,7 +3,8 @@
  * signal — signals (Chopstix §4.2). An event is a signal generated, charged
  * to the sending task (its stack is the sending site); the receiver, the
  * handler it has installed and the outcome are fields. Label: the sending
- * site and the signal number. Weight: 1.
+ * site (stable_addr: the same in every run of the program) and the signal
+ * number. Weight: 1.
  *
  * Fields: f[0] signal, f[1] receiving pid (tgid), f[2] si_code, f[3]
  * handler address (0 default, 1 ignore), f[4] result (TRACE_SIGNAL_*),
@@ -15,14 +16,25 @@ int BPF_PROG(vital_signal_generate, int sig, struct kernel_siginfo *info,
 {
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
+	struct mm_struct *mm;
 	struct hl_sample *s;
+	struct hl_stats *st;
+	struct hot_slot *h;
 	struct verdict v;
-	__u64 handler = 0;
+	__u64 handler = 0, site;
 
 	if (!record_current(ctl, VITAL_SIGNAL) || sig <= 0 || sig > 64)
 		return 0;
+	st = run_stats(ctl, VITAL_SIGNAL);
+	if (!st)
+		return 0;
 	task = bpf_get_current_task_btf();
-	s = current_event(ctx, ctl, VITAL_SIGNAL, user_site(task), sig, current_who(task), 1, &v);
+	mm = task->mm;
+	site = user_site(task);
+	if (count_event(st, &h, proc_key(mm), site, sig, 1))
+		return 0;
+	s = current_event(ctx, ctl, VITAL_SIGNAL, st, h, proc_key(mm), site, sig,
+			  stable_addr(mm, site), sig, current_who(task), 1, &v);
 	if (!s)
 		return 0;
 	if (target->sighand)

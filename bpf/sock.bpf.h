@@ -2,8 +2,9 @@
 /*
  * sock — socket traffic (Chopstix §4.2): sock:sock_send_length and
  * sock_recv_length, which fire for every socket's sendmsg/recvmsg with the
- * bytes moved. Label: the process and the user-space call site. Weight:
- * bytes sent or received (received bytes also go to vitals.secondary).
+ * bytes moved. Label: the user-space call site (stable_addr: the same in
+ * every run of the program) and the direction. Weight: bytes sent or
+ * received (received bytes also go to vitals.secondary).
  *
  * Fields: f[0] 0 send / 1 receive, f[1] family, f[2] protocol, f[3] peer
  * IPv4 address or the first half of the IPv6 one, f[4] second half of
@@ -13,20 +14,28 @@ static __always_inline void sock_event(void *ctx, struct sock *sk, int ret, __u6
 {
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
+	struct mm_struct *mm;
 	struct hl_sample *s;
 	struct hl_stats *st;
+	struct hot_slot *h;
 	struct verdict v;
+	__u64 site;
 	__u16 family;
 
 	if (!record_current(ctl, VITAL_SOCK) || ret <= 0 || !sk)
 		return;
-	if (dir) {
-		st = stats_of(ctl->gen & 1, VITAL_SOCK);
-		if (st)
-			st->secondary += ret;
-	}
+	st = run_stats(ctl, VITAL_SOCK);
+	if (!st)
+		return;
+	if (dir)
+		st->secondary += ret;
 	task = bpf_get_current_task_btf();
-	s = current_event(ctx, ctl, VITAL_SOCK, task->tgid, user_site(task), current_who(task), ret, &v);
+	mm = task->mm;
+	site = user_site(task);
+	if (count_event(st, &h, proc_key(mm), site, dir, ret))
+		return;
+	s = current_event(ctx, ctl, VITAL_SOCK, st, h, proc_key(mm), site, dir,
+			  stable_addr(mm, site), dir, current_who(task), ret, &v);
 	if (!s)
 		return;
 	family = sk->__sk_common.skc_family;

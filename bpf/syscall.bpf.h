@@ -1,80 +1,98 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * syscall — system calls (Chopstix §4.2, raw_syscalls). Entry notes the
- * time, number, first argument and user stack pointer in task storage; exit
- * closes the call. Label: the stack pointer with its low 8 bits masked (the
- * call's place in the program, stable across calls from one site) and the
- * syscall number. The stack pointer is taken as a depth below the top of
- * the process's stack, so that address-space randomisation does not give
- * every process of one program labels of its own. Weight: latency in µs.
+ * syscall — system calls (Chopstix §4.2), seen as they return
+ * (raw_syscalls sys_exit): the registers the call was made with are still
+ * in pt_regs (orig_ax the number, di the first argument, sp the stack
+ * pointer), so no program runs at entry. Label: the stack depth
+ * (stack_depth: the call's place in the program, stable across calls from
+ * one site and across runs of the program; on stacks other than the main
+ * one, the place within an 8 KiB window) with its low 8 bits masked, and
+ * the number.
+ *
+ * Weight: 1 for a call that did not block 1 ms or more; for one that did,
+ * the µs from the moment it went to sleep until it ran again, which the
+ * context-switch program (sched.bpf.h) hands over in the CPU's woke record
+ * when sched or blck is recorded: such a call goes past its hot slot to be
+ * timed. A fast call is not timed: that would take a clock read at entry
+ * and at exit, more than the rest of the program.
  *
  * Fields: f[0] syscall number, f[1] first argument, f[2] return value,
- * f[3] latency ns.
+ * f[3] latency ns and f[4] 1 when the call blocked and was timed.
  *
- * Every call is counted in the vital's exact totals (events, and weight in
- * µs), but only some enter its sketch: a call that took SYS_SLOW_NS or
- * longer always does, and so does a fast one that would be sampled
- * (sketch_would_sample: its label's estimate would reach the next power
- * of t, as a rare label's first call of the epoch always does), while of
- * the other fast ones a random 1 in SYS_FAST_EVERY does, with its weight
- * multiplied by SYS_FAST_EVERY so the sketch's estimates stay unbiased.
- * A sketch update costs more than reading its four counters, and a
- * syscall-heavy program makes millions of fast calls.
- * Before the check, a rare fast call was seen with probability
- * 1/SYS_FAST_EVERY, and bench/coverage.sh missed 84-87 % of them; with
- * it, under 1 %, for 23 ns more a getpid.
- *
- * exit and exit_group never return, so sys_exit never closes them: they are
- * counted at entry with no latency, and every one is sampled, labelled by
- * the process rather than the site. A process ends once, and its end is
- * what Rule #10 (internal/findings) needs to tell a process that called
- * exit from one that vanished.
+ * exit and exit_group never return: a process's end is seen at
+ * sched_process_exit instead (before its memory is let go), as syscall
+ * 231 for the last thread of a process and 60 for a thread that ends
+ * alone. The end of a process that ran LONG_LIVED_NS or longer is always
+ * sampled, outside the sketch (it is in the exact totals): it ends once,
+ * and its end is what Rule #10 (internal/findings) needs to tell a process
+ * that called exit from one that vanished. A process that lived less was
+ * never seen running by an analysis; its end goes through the sketch like
+ * any call, labelled by the program, so that a thousand runs of one
+ * program are one label. A process killed by a signal is the signal
+ * vital's.
  */
 #define NR_EXIT 60
 #define NR_EXIT_GROUP 231
-#define SYS_SLOW_NS (64 * 1000)
-#define SYS_FAST_EVERY 8 /* a power of 2 */
+#define SIGNAL_GROUP_EXIT_FLAG 0x00000004
+#define LONG_LIVED_NS (1000 * 1000 * 1000ULL)
 
-static __always_inline void sys_last_call(void *ctx, struct hl_control *ctl, struct task_struct *task,
-					  long id, __u64 arg0)
-{
-	__u64 who = current_who(task);
-	struct hl_sample *s;
-	struct verdict v;
-
-	if (!sketch_update(ctl, VITAL_SYSCALL, task->tgid, id, who, 1, &v))
-		return;
-	s = sample_begin(&v, VITAL_SYSCALL, task->tgid, id, who, 1);
-	if (!s)
-		return;
-	ident_from_task(s, task);
-	s->ustack_bytes = task->mm ? bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK) : 0;
-	s->f[0] = id;
-	s->f[1] = arg0;
-	sample_submit(s, VITAL_SYSCALL, &v);
-}
-
-SEC("tp_btf/sys_enter")
-int BPF_PROG(vital_sys_enter, struct pt_regs *regs, long id)
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(vital_sys_last, struct task_struct *p, bool group_dead)
 {
 	struct hl_control *ctl = get_control();
-	struct task_struct *task;
-	struct task_marks *m;
+	struct hot_slot *h;
+	struct hl_stats *st;
+	struct hl_sample *s;
+	struct verdict v;
+	__u64 who;
+	__u32 nr;
+	int code;
 
-	if (!record_current(ctl, VITAL_SYSCALL))
+	/* The tracepoint comes before do_exit sets exit_code: a process's
+	 * status is its group's exit code when the group is exiting (exit_group
+	 * or a fatal signal), exit_code otherwise (a thread's own exit). A
+	 * killed process's low 7 bits are the signal. */
+	if (!record_current(ctl, VITAL_SYSCALL) || !p->mm)
 		return 0;
-	task = bpf_get_current_task_btf();
-	if (id == NR_EXIT || id == NR_EXIT_GROUP) {
-		sys_last_call(ctx, ctl, task, id, regs->di);
+	code = p->exit_code;
+	if (p->signal->flags & SIGNAL_GROUP_EXIT_FLAG)
+		code = p->signal->group_exit_code;
+	if (code & 0x7f)
+		return 0;
+	if (group_dead)
+		nr = NR_EXIT_GROUP;
+	else if (!(p->signal->flags & SIGNAL_GROUP_EXIT_FLAG))
+		nr = NR_EXIT;
+	else
+		return 0; /* a thread ended by another's exit_group */
+	st = run_stats(ctl, VITAL_SYSCALL);
+	if (!st)
+		return 0;
+	who = current_who(p);
+	if (bpf_ktime_get_ns() - p->group_leader->start_time < LONG_LIVED_NS) {
+		if (count_event(st, &h, proc_key(p->mm), nr, 1, 1))
+			return 0;
+		s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc_key(p->mm), nr, 1, 0, nr, who, 1, &v);
+		if (!s)
+			return 0;
+		s->f[0] = nr;
+		s->f[1] = (code >> 8) & 0xff;
+		sample_submit(s, VITAL_SYSCALL, &v);
 		return 0;
 	}
-	m = bpf_task_storage_get(&task_marks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!m)
+	st->events++;
+	st->weight++;
+	v.gen = ctl->gen;
+	v.copy = v.gen & 1;
+	v.est = 1;
+	s = sample_begin(&v, VITAL_SYSCALL, p->tgid, nr, who, 1);
+	if (!s)
 		return 0;
-	m->sys_ts = bpf_ktime_get_ns();
-	m->sys_nr = id;
-	m->sys_arg0 = regs->di;
-	m->sys_sp = task->mm ? task->mm->start_stack - regs->sp : regs->sp;
+	ident_from_current(s, p);
+	take_stacks(ctx, s, p, false);
+	s->f[0] = nr;
+	s->f[1] = (code >> 8) & 0xff;
+	sample_submit(s, VITAL_SYSCALL, &v);
 	return 0;
 }
 
@@ -83,40 +101,53 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 {
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
-	struct task_marks *m;
+	struct mm_struct *mm;
+	struct hot_slot *h;
 	struct hl_stats *st;
 	struct hl_sample *s;
+	struct woke *w;
 	struct verdict v;
-	__u64 lat, weight, who;
+	__u64 depth, nr, site, lat = 0;
+	__u32 weight = 1, zero = 0;
 
-	if (!record_current(ctl, VITAL_SYSCALL))
+	if (!vital_enabled(ctl, VITAL_SYSCALL))
 		return 0;
 	task = bpf_get_current_task_btf();
-	m = bpf_task_storage_get(&task_marks, task, 0, 0);
-	if (!m || !m->sys_ts)
-		return 0; /* entered before the recorder started */
-	lat = bpf_ktime_get_ns() - m->sys_ts;
-	m->sys_ts = 0;
-	weight = clamp_weight(lat / 1000);
-	st = stats_of(ctl->gen & 1, VITAL_SYSCALL);
+	if (task->tgid == ctl->self_tgid)
+		return 0;
+	st = run_stats(ctl, VITAL_SYSCALL);
 	if (!st)
 		return 0;
+	mm = task->mm;
+	depth = stack_depth(mm, regs->sp) & ~0xffULL;
+	nr = regs->orig_ax;
+	site = depth ^ (nr << 48);
+	w = bpf_map_lookup_elem(&woke, &zero);
+	if (w && w->tid == task->pid) {
+		w->tid = 0;
+		if (w->nr == nr && w->sp == regs->sp) {
+			lat = task_rq_clock(task) - w->slept_ts;
+			weight = clamp_weight(lat / 1000);
+		}
+	}
+	h = hot_slot_of(st, proc_key(mm), site);
+	if (!lat && hot_hit(h, proc_key(mm), site, 0, 1)) {
+		st->events++;
+		st->weight++;
+		return 0;
+	}
+	/* Past its slot: new here, crossing a power of t, or it blocked. */
 	st->events++;
 	st->weight += weight;
-	who = current_who(task);
-	if (lat < SYS_SLOW_NS && !sketch_would_sample(ctl, VITAL_SYSCALL, m->sys_sp & ~0xffULL, m->sys_nr, who, weight)) {
-		if (bpf_get_prandom_u32() & (SYS_FAST_EVERY - 1))
-			return 0;
-		weight *= SYS_FAST_EVERY;
-	}
-	s = current_event_add(ctx, ctl, VITAL_SYSCALL, m->sys_sp & ~0xffULL, m->sys_nr, who,
-			      clamp_weight(weight), true, &v);
+	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc_key(mm), site, 0,
+			  depth, nr, current_who(task), weight, &v);
 	if (!s)
 		return 0;
-	s->f[0] = m->sys_nr;
-	s->f[1] = m->sys_arg0;
+	s->f[0] = nr;
+	s->f[1] = regs->di;
 	s->f[2] = ret;
 	s->f[3] = lat;
+	s->f[4] = lat != 0;
 	sample_submit(s, VITAL_SYSCALL, &v);
 	return 0;
 }

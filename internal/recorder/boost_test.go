@@ -21,6 +21,10 @@ import (
 func TestBoostSamplesEachRequest(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildWorkload(t, "direct_write")
+	// The plain one is a build of its own: labels carry the executable
+	// but no process, so two runs of one file would share their label,
+	// and its count, which tells how many requests the boosted one made.
+	plainBin := testutil.BuildWorkload(t, "direct_write")
 	dir := testutil.BlockDir(t)
 	var plainPid int
 	st := recordWhile(t, func(rec *Recorder) {
@@ -30,7 +34,7 @@ func TestBoostSamplesEachRequest(t *testing.T) {
 		// The shell forks the workload (it is not its last command) once
 		// it is boosted.
 		sh := exec.Command("sh", "-c", fmt.Sprintf("sleep 0.2; %s %s 2; true", bin, filepath.Join(dir, "boosted")))
-		plain := exec.Command(bin, filepath.Join(dir, "plain"), "2.2")
+		plain := exec.Command(plainBin, filepath.Join(dir, "plain"), "2.2")
 		for _, c := range []*exec.Cmd{sh, plain} {
 			c.Stderr = os.Stderr
 			if err := c.Start(); err != nil {

@@ -33,26 +33,41 @@ func TestRareFastSyscallsAreSampled(t *testing.T) {
 		return nil
 	})
 	const labels = 16
+	pids := oneCallLabels(t, bin, labels)
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	n := countSampled(pids, sampled)
+	t.Logf("%d of %d single getppid calls, each a label of its own, sampled", n, labels)
+	if n < labels-2 {
+		t.Errorf("%d of %d single fast system calls, each a label of its own, sampled; want all but 2 at most", n, labels)
+	}
+}
+
+// oneCallLabels runs the one_syscall workload bin n times, each a getppid
+// at a stack depth of its own: n labels of one call each. It returns the
+// processes' ids.
+func oneCallLabels(t *testing.T, bin string, n int) []uint32 {
+	t.Helper()
 	var pids []uint32
-	for i := range labels {
+	for i := range n {
 		cmd := exec.Command(bin, strconv.Itoa(4*i))
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("%s: %v", cmd, err)
 		}
 		pids = append(pids, uint32(cmd.Process.Pid))
 	}
-	time.Sleep(200 * time.Millisecond)
-	stop()
-	mu.Lock()
-	defer mu.Unlock()
+	return pids
+}
+
+// countSampled is how many of pids are in sampled.
+func countSampled(pids []uint32, sampled map[uint32]bool) int {
 	n := 0
 	for _, p := range pids {
 		if sampled[p] {
 			n++
 		}
 	}
-	t.Logf("%d of %d single getppid calls, each a label of its own, sampled", n, labels)
-	if n < labels-2 {
-		t.Errorf("%d of %d single fast system calls, each a label of its own, sampled; want all but 2 at most", n, labels)
-	}
+	return n
 }

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,34 +33,23 @@ type epochState struct {
 	start  time.Time
 	// taiToWall converts the kernel's sample times (TAI) to UTC.
 	taiToWall int64
-	bpfNs     int64
 	userNs    int64
-	// loopNs is the epoch loop thread's CPU time: reading, symbolising
-	// and closing epochs, the user-space work the vitals' samples cause.
-	loopNs  int64
-	samples []store.Sample
-	stacks  map[uint64]store.Stack
-	exes    map[string]store.Executable
-	result  *store.Epoch
+	samples   []store.Sample
+	// unresolved are samples to symbolize again when the epoch closes.
+	unresolved []unresolved
+	stacks     map[uint64]store.Stack
+	exes       map[string]store.Executable
+	result     *store.Epoch
 }
 
 func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochState {
 	return &epochState{
 		gen: gen, number: number, start: start,
 		taiToWall: clock.TAIToWall(),
-		bpfNs:     r.bpfRunTime(),
 		userNs:    userCPUTime(),
-		loopNs:    threadCPUTime(), // newEpoch runs on the epoch loop's thread
 		stacks:    map[uint64]store.Stack{},
 		exes:      map[string]store.Executable{},
 	}
-}
-
-// bpfRunTime is the estimated run time of the recorder's programs so far.
-func (r *Recorder) bpfRunTime() int64 {
-	r.ctlMu.Lock()
-	defer r.ctlMu.Unlock()
-	return int64(r.clock.total())
 }
 
 // threadCPUTime is the CPU time of the calling OS thread.
@@ -88,6 +78,10 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		return nil, err
 	}
 	time.Sleep(drainGrace)
+	// The ring holds records in the order they were reserved: once one of
+	// the next generation comes, the finished one's are all read, and the
+	// rest are left to the next epoch's reading (under a storm they can
+	// come as fast as they are read).
 	r.reader.SetDeadline(time.Now())
 	for {
 		rec, err := r.reader.Read()
@@ -96,16 +90,16 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		}
 		if gen := sampleGen(rec.RawSample); gen == next.gen {
 			r.consume(next, rec.RawSample)
-		} else {
-			r.consume(ep, rec.RawSample)
+			break
 		}
+		r.consume(ep, rec.RawSample)
 	}
 
+	r.resolveLate(ep)
 	copyIdx := uint32(ep.gen & 1)
 	res := &store.Epoch{
 		Host: r.cfg.Host, Epoch: ep.number,
 		StartNs: ep.start.UnixNano(), EndNs: end.UnixNano(),
-		MonitorBPFNs:  next.bpfNs - ep.bpfNs,
 		MonitorUserNs: next.userNs - ep.userNs,
 		Samples:       ep.samples,
 	}
@@ -118,10 +112,12 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		if _, ok := r.attached[v]; !ok {
 			continue
 		}
-		sv, err := r.readAndClear(copyIdx, v)
+		sv, c, err := r.readAndClear(copyIdx, v)
 		if err != nil {
 			return nil, err
 		}
+		r.budget.done[v] = r.budget.done[v].add(c)
+		res.MonitorBPFNs += int64(c.runs) * int64(r.runPrice(v)+r.clock.windowCost())
 		res.Vitals = append(res.Vitals, sv)
 		r.setVitalStatus(v, func(s *VitalStatus) {
 			s.Events += sv.Events
@@ -129,22 +125,6 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 			s.Lost += sv.Lost()
 			s.NoStack += sv.NoStack
 		})
-	}
-	samples, events := map[Vital]uint64{}, map[Vital]uint64{}
-	for _, sv := range res.Vitals {
-		if v, ok := vitalByName(sv.Name); ok {
-			samples[v], events[v] = sv.Samples, sv.Events
-		}
-	}
-	// The budget answers for what the vitals cost: their programs, and the
-	// epoch loop's work on their samples, less the attaching it did. The
-	// process's other work — committing epochs, receiving and accounting
-	// spans, analyses, the API — is the monitor's cost too (MonitorUserNs)
-	// but no threshold reduces it, so it must not shed vitals.
-	variableNs := max(next.loopNs-ep.loopNs-r.attachNs, 0)
-	r.attachNs = 0
-	for _, change := range r.adapt(ep.number, end.Sub(ep.start), variableNs, samples, events) {
-		r.cfg.Logf("budget: %s", change)
 	}
 	for _, st := range ep.stacks {
 		res.Stacks = append(res.Stacks, st)
@@ -161,15 +141,17 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 }
 
 // readAndClear reads one vital's finished copy and zeroes it for reuse two
-// epochs later.
-func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, error) {
+// epochs later; it also returns what the budget counts of it.
+func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, counts, error) {
 	key := copyIdx*uint32(numVitals) + uint32(v)
 	per := make([]vitalsHlStats, r.ncpu)
 	if err := r.objs.maps.Stats.Lookup(key, &per); err != nil {
-		return store.Vital{}, fmt.Errorf("read %s totals: %w", v, err)
+		return store.Vital{}, counts{}, fmt.Errorf("read %s totals: %w", v, err)
 	}
 	out := store.Vital{Name: v.String(), Threshold: 1 << r.budget.shift[v]}
+	var c counts
 	for _, s := range per {
+		c = c.add(counts{s.Runs, s.Samples, s.Sketched})
 		out.Events += s.Events
 		out.WeightSum += s.Weight
 		out.Samples += s.Samples
@@ -180,21 +162,26 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, error) {
 	}
 	var h vitalsHca
 	if err := r.objs.maps.Hcas.Lookup(key, &h); err != nil {
-		return store.Vital{}, fmt.Errorf("read %s sketch: %w", v, err)
+		return store.Vital{}, counts{}, fmt.Errorf("read %s sketch: %w", v, err)
 	}
-	twin := sketch.HCA{Counters: h.C}
+	twin := sketch.HCA{Counters: h.C, Seen: h.Seen}
 	out.DistinctLabels = twin.DistinctEstimate()
 
 	if err := r.objs.maps.Stats.Update(key, make([]vitalsHlStats, r.ncpu), ebpf.UpdateExist); err != nil {
-		return store.Vital{}, fmt.Errorf("clear %s totals: %w", v, err)
+		return store.Vital{}, counts{}, fmt.Errorf("clear %s totals: %w", v, err)
 	}
 	if err := r.objs.maps.Hcas.Update(key, &vitalsHca{}, ebpf.UpdateExist); err != nil {
-		return store.Vital{}, fmt.Errorf("clear %s sketch: %w", v, err)
+		return store.Vital{}, counts{}, fmt.Errorf("clear %s sketch: %w", v, err)
 	}
-	return out, nil
+	return out, c, nil
 }
 
-const sampleSize = int(unsafe.Sizeof(vitalsHlSample{}))
+// sampleSize is the longest record; a record is as long as its stacks
+// (struct hl_sample in bpf/sketch.h), at least sampleHeader.
+const (
+	sampleSize   = int(unsafe.Sizeof(vitalsHlSample{}))
+	sampleHeader = int(unsafe.Offsetof(vitalsHlSample{}.Stack))
+)
 
 func sampleGen(raw []byte) uint64 {
 	if len(raw) < 16 {
@@ -206,17 +193,23 @@ func sampleGen(raw []byte) uint64 {
 // consume decodes one ring-buffer record into ep, symbolizing its stacks
 // now, while the process most likely still exists.
 func (r *Recorder) consume(ep *epochState, raw []byte) {
-	if len(raw) < sampleSize {
+	if len(raw) < sampleHeader {
 		r.countLate()
 		return
 	}
 	var s vitalsHlSample
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize), raw)
+	nk, nu := frames(s.KstackBytes), frames(s.UstackBytes)
+	if sampleHeader+8*(nk+nu) > len(raw) {
+		r.countLate()
+		return
+	}
 	if s.Gen != ep.gen || s.Vital >= uint32(numVitals) {
 		r.countLate()
 		return
 	}
 	v := Vital(s.Vital)
+	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
 	out := store.Sample{
 		TsNs:      int64(s.Ts) + ep.taiToWall,
 		Vital:     v.String(),
@@ -227,19 +220,49 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		Tid:       s.Tid,
 		Uid:       s.Uid,
 		Comm:      cString(s.Comm[:]),
-		Exe:       r.exe(ep, s.Pid, s.ExeIno),
+		Exe:       r.exe(ep, s.Pid, img),
 		Fields:    sampleFields(v, &s),
 	}
 	if v == Kmem || v == Umem {
 		out.Fields["free_kb"] = r.memFree.kb()
 	}
-	if n := frames(s.KstackBytes); n > 0 {
-		out.KStackID = ep.addStack(r.kernelStack(untilLoop(s.Kstack[:n])))
+	if nk > 0 {
+		out.KStackID = ep.addStack(r.kernelStack(untilLoop(s.Stack[:nk])))
 	}
-	if n := frames(s.UstackBytes); n > 0 {
-		out.UStackID = ep.addStack(r.userStack(s.Pid, untilLoop(s.Ustack[:n])))
+	if nu > 0 {
+		addrs := untilLoop(s.Stack[nk : nk+nu])
+		out.UStackID = ep.addStack(makeStack("user", r.procs.ResolveImage(s.Pid, img, addrs)))
+		if out.Exe == "[exited]" && img.Ino != 0 {
+			ep.unresolved = append(ep.unresolved, unresolved{len(ep.samples), s.Pid, img, slices.Clone(addrs)})
+		}
 	}
 	ep.samples = append(ep.samples, out)
+}
+
+// unresolved is a sample of a process that was gone when it was read,
+// before any process of its program was seen: resolveLate tries it again
+// when the epoch closes.
+type unresolved struct {
+	sample int
+	pid    uint32
+	img    symbol.Image
+	addrs  []uint64
+}
+
+// resolveLate symbolizes the epoch's unresolved samples by the processes
+// of their programs seen since (a burst of short-lived processes often has
+// one that lives long enough to be read).
+func (r *Recorder) resolveLate(ep *epochState) {
+	for _, u := range ep.unresolved {
+		exe := r.exe(ep, u.pid, u.img)
+		if exe == "[exited]" {
+			continue
+		}
+		s := &ep.samples[u.sample]
+		s.Exe = exe
+		s.UStackID = ep.addStack(makeStack("user", r.procs.ResolveImage(u.pid, u.img, u.addrs)))
+	}
+	ep.unresolved = nil
 }
 
 // untilLoop cuts a frame-pointer chain where it starts repeating one
@@ -264,7 +287,7 @@ func frames(nbytes int32) int {
 	if nbytes <= 0 {
 		return 0
 	}
-	return min(int(nbytes)/8, len(vitalsHlSample{}.Kstack))
+	return min(int(nbytes)/8, len(vitalsHlSample{}.Stack)/2)
 }
 
 func cString(b []int8) string {
@@ -275,11 +298,11 @@ func cString(b []int8) string {
 	return string(buf)
 }
 
-func (r *Recorder) exe(ep *epochState, pid uint32, ino uint64) string {
-	if ino == 0 {
+func (r *Recorder) exe(ep *epochState, pid uint32, img symbol.Image) string {
+	if img.Ino == 0 {
 		return "[kernel]"
 	}
-	path := r.procs.Exe(pid)
+	path := r.procs.ExeImage(pid, img)
 	if path == "" {
 		return "[exited]"
 	}
@@ -314,10 +337,6 @@ func trimBPFFrames(fr []symbol.Frame) []symbol.Frame {
 		fr = fr[1:]
 	}
 	return fr
-}
-
-func (r *Recorder) userStack(pid uint32, addrs []uint64) store.Stack {
-	return makeStack("user", r.procs.Resolve(pid, addrs))
 }
 
 // makeStack keeps function names (offsets would split identical stacks)
@@ -355,7 +374,11 @@ func sampleFields(v Vital, s *vitalsHlSample) map[string]any {
 	case Blck:
 		return map[string]any{"prio": int32(f[0]), "delay_ns": int64(f[1]), "site": f[2], "sleep_state": uint32(f[3])}
 	case Syscall:
-		return map[string]any{"syscall_nr": int32(f[0]), "arg0": f[1], "ret": int64(f[2]), "latency_ns": int64(f[3])}
+		m := map[string]any{"syscall_nr": int32(f[0]), "arg0": f[1], "ret": int64(f[2])}
+		if f[4] != 0 { // timed: the call blocked
+			m["latency_ns"] = int64(f[3])
+		}
+		return m
 	case Signal:
 		return map[string]any{"signal": int32(f[0]), "target_pid": uint32(f[1]), "si_code": int32(f[2]),
 			"handler": f[3], "result": int32(f[4]), "target_tid": uint32(f[5])}

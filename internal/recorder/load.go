@@ -3,6 +3,7 @@ package recorder
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -74,6 +75,7 @@ func (o *objects) mapReplacements() map[string]*ebpf.Map {
 		vitalsMapControl: m.Control, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
 		vitalsMapSamples: m.Samples, vitalsMapTaskStates: m.TaskStates, vitalsMapTaskMarks: m.TaskMarks,
 		vitalsMapInflight: m.Inflight, vitalsMapInflightStacks: m.InflightStacks, vitalsMapIoScratch: m.IoScratch,
+		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth, vitalsMapWoke: m.Woke,
 		vitalsMapBoosted: m.Boosted, vitalsMapBoostTaken: m.BoostTaken,
 	}
 }
@@ -134,13 +136,14 @@ type attachment struct {
 	trigger string
 }
 
-func (a *attachment) Close() {
+func (a *attachment) Close() error {
 	for _, l := range a.links {
 		l.Close()
 	}
 	for _, fd := range a.perfFDs {
 		unix.Close(fd)
 	}
+	return nil
 }
 
 // attachTracing loads and attaches BTF tracepoint programs.
@@ -166,11 +169,30 @@ func (o *objects) attachTracing(spec *ebpf.CollectionSpec, names ...string) (*at
 // attachCPU samples every online CPU with a perf event: CPU cycles where a
 // PMU exists, else the cpu-clock software event.
 func (o *objects) attachCPU(spec *ebpf.CollectionSpec, hz int) (*attachment, error) {
-	cpus, err := onlineCPUs()
+	prog, err := o.loadProgram(spec, vitalsProgVitalCpu)
 	if err != nil {
 		return nil, err
 	}
-	prog, err := o.loadProgram(spec, vitalsProgVitalCpu)
+	a, err := attachPerCPU(prog, hz)
+	if err != nil {
+		return nil, err
+	}
+	a.trigger = fmt.Sprintf("cpu-clock perf event at %d Hz per CPU", hz)
+	if reason := probeHardware(unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_CPU_CYCLES); reason != "" {
+		a.trigger += " (" + reason + ")"
+	}
+	return a, nil
+}
+
+// AttachPerCPU runs prog, a perf-event program, hz times a second of CPU
+// time on every online CPU, as the cpu vital's program runs; closing the
+// result detaches it.
+func AttachPerCPU(prog *ebpf.Program, hz int) (io.Closer, error) {
+	return attachPerCPU(prog, hz)
+}
+
+func attachPerCPU(prog *ebpf.Program, hz int) (*attachment, error) {
+	cpus, err := onlineCPUs()
 	if err != nil {
 		return nil, err
 	}
@@ -180,10 +202,6 @@ func (o *objects) attachCPU(spec *ebpf.CollectionSpec, hz int) (*attachment, err
 		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
 		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
 		Sample: uint64(1e9 / hz), // ns: the BPF side weighs each sample by its period
-	}
-	a.trigger = fmt.Sprintf("cpu-clock perf event at %d Hz per CPU", hz)
-	if reason := probeHardware(unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_CPU_CYCLES); reason != "" {
-		a.trigger += " (" + reason + ")"
 	}
 	for _, cpu := range cpus {
 		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
@@ -195,7 +213,7 @@ func (o *objects) attachCPU(spec *ebpf.CollectionSpec, hz int) (*attachment, err
 		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: prog, Attach: ebpf.AttachPerfEvent})
 		if err != nil {
 			a.Close()
-			return nil, loadError(fmt.Sprintf("attach cpu program to CPU %d", cpu), err)
+			return nil, loadError(fmt.Sprintf("attach %s to CPU %d", prog, cpu), err)
 		}
 		a.links = append(a.links, l)
 	}

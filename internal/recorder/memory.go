@@ -29,7 +29,8 @@ func (r *Recorder) kernelMemory() []MapMemory {
 	}{
 		{vitalsMapHcas, m.Hcas, true}, {vitalsMapStats, m.Stats, true}, {vitalsMapControl, m.Control, true},
 		{vitalsMapSamples, m.Samples, false}, {vitalsMapInflight, m.Inflight, false}, {vitalsMapInflightStacks, m.InflightStacks, false},
-		{vitalsMapIoScratch, m.IoScratch, false}, {vitalsMapTaskStates, m.TaskStates, false},
+		{vitalsMapIoScratch, m.IoScratch, false}, {vitalsMapScratch, m.Scratch, false}, {vitalsMapScratchDepth, m.ScratchDepth, false},
+		{vitalsMapTaskStates, m.TaskStates, false}, {vitalsMapWoke, m.Woke, false},
 		{vitalsMapTaskMarks, m.TaskMarks, false}, {vitalsMapBoosted, m.Boosted, false}, {vitalsMapBoostTaken, m.BoostTaken, false},
 	}
 	var out []MapMemory

@@ -120,6 +120,9 @@ type VitalStatus struct {
 	Trigger   string `json:"trigger,omitempty"`
 	Unit      string `json:"unit"`
 	Threshold uint64 `json:"threshold,omitempty"`
+	// Thin is 1 in how many of its sketch's events that would not be
+	// sampled enter it, when the budget thins the vital (1: all).
+	Thin uint64 `json:"thin,omitempty"`
 	// Totals since the recorder started.
 	Events  uint64 `json:"events"`
 	Samples uint64 `json:"samples"`
@@ -156,6 +159,10 @@ type Status struct {
 // often the recorder wakes; the 4 MiB ring holds ~3800 samples.
 const pollInterval = 100 * time.Millisecond
 
+// loopNice is the nice value of the epoch loop's thread (root only; it
+// stays at the process's otherwise): -10 weighs nine times a thread at 0.
+const loopNice = -10
+
 // Recorder owns the BPF objects of the vital signs.
 type Recorder struct {
 	cfg      Config
@@ -180,9 +187,6 @@ type Recorder struct {
 	// boosted are the processes whose block requests are all sampled
 	// (boost.go).
 	boosted map[uint32]bool
-	// attachNs is the epoch loop's CPU time since the last epoch boundary
-	// spent attaching programs, which thresholds cannot reduce.
-	attachNs int64
 
 	mu     sync.Mutex
 	status Status
@@ -219,9 +223,11 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	// Per-program run time is how the recorder measures its in-kernel
 	// cost; the first window of the statistics opens now.
-	r.clock = newRunClock(time.Now(), func() (io.Closer, error) { return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)) })
+	r.clock = newRunClock(func() (io.Closer, error) { return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)) })
 	if r.clock.on(time.Now()); r.clock.err != nil {
 		cfg.Logf("BPF run-time statistics unavailable, monitor cost excludes BPF time: %v", r.clock.err)
+	} else if r.clock.overhead, err = statsOverhead(); err != nil {
+		cfg.Logf("the BPF statistics' own cost could not be measured, the programs' is overstated: %v", err)
 	}
 	if err := r.advance(0); err != nil {
 		r.Close()
@@ -294,9 +300,9 @@ func (r *Recorder) enable(v Vital) error {
 		if other, ok := r.attached[Sched+Blck-v]; ok { // they share the context-switch programs
 			a = &attachment{trigger: other.trigger}
 		} else {
-			a, err = r.objs.attachTracing(r.spec, vitalsProgVitalSchedWakeup, vitalsProgVitalSchedWakeupNew, vitalsProgVitalSchedSwitch)
+			a, err = r.objs.attachTracing(r.spec, tracingPrograms[v]...)
 			if a != nil {
-				a.trigger = "tp_btf sched_wakeup, sched_wakeup_new, sched_switch"
+				a.trigger = "tp_btf " + strings.Join(tracepointNames(r.spec, tracingPrograms[v]), ", ")
 			}
 		}
 	default:
@@ -311,19 +317,22 @@ func (r *Recorder) enable(v Vital) error {
 		return err
 	}
 	r.attached[v] = a
-	r.clock.attach(time.Now(), a.progs)
+	r.clock.attach(a.progs)
 	r.setVitalStatus(v, func(s *VitalStatus) {
-		s.State, s.Reason, s.Trigger, s.Threshold = "recording", "", a.trigger, 1<<r.budget.shift[v]
+		s.State, s.Reason, s.Trigger, s.Threshold, s.Thin = "recording", r.throttleReason(v), a.trigger, 1<<r.budget.shift[v], 1<<r.budget.thin[v]
 	})
 	return nil
 }
 
-// tracingPrograms are the BTF-tracepoint programs of each vital.
+// tracingPrograms are the BTF-tracepoint programs of each vital; sched and
+// blck share theirs.
 var tracingPrograms = map[Vital][]string{
+	Sched:   {vitalsProgVitalSchedSwitch},
+	Blck:    {vitalsProgVitalSchedSwitch},
 	Blio:    {vitalsProgVitalBlioInsert, vitalsProgVitalBlioIssue, vitalsProgVitalBlioComplete},
 	Kmem:    {vitalsProgVitalKmemAlloc, vitalsProgVitalKmemFree},
 	Umem:    {vitalsProgVitalUmemFault},
-	Syscall: {vitalsProgVitalSysEnter, vitalsProgVitalSysExit},
+	Syscall: {vitalsProgVitalSysExit, vitalsProgVitalSysLast},
 	Signal:  {vitalsProgVitalSignalGenerate},
 	Sock:    {vitalsProgVitalSockSend, vitalsProgVitalSockRecv},
 	Lock:    {vitalsProgVitalLockBegin, vitalsProgVitalLockEnd},
@@ -356,6 +365,7 @@ func (r *Recorder) writeControl() error {
 	ctl.Seed = r.seeds
 	for i := range ctl.Shift {
 		ctl.Shift[i] = uint32(r.budget.shift[i])
+		ctl.Thin[i] = uint32(r.budget.thin[i])
 	}
 	for v := range r.attached {
 		ctl.Enabled |= 1 << v
@@ -384,10 +394,8 @@ func (r *Recorder) SetEnabled(v Vital, on bool) error {
 		return nil
 	}
 	if on {
-		r.budget.shedUntil[v] = 0
 		return r.attachLocked(v)
 	}
-	r.budget.shedUntil[v] = 0 // the operator's word overrides the budget's
 	err := r.detachLocked(v)
 	r.setVitalStatus(v, func(s *VitalStatus) { s.State, s.Reason = "disabled", "" })
 	return err
@@ -396,7 +404,7 @@ func (r *Recorder) SetEnabled(v Vital, on bool) error {
 // attachLocked starts recording v with empty sketches; r.ctlMu held.
 func (r *Recorder) attachLocked(v Vital) error {
 	for copyIdx := uint32(0); copyIdx < 2; copyIdx++ {
-		if _, err := r.readAndClear(copyIdx, v); err != nil {
+		if _, _, err := r.readAndClear(copyIdx, v); err != nil {
 			return err
 		}
 	}
@@ -423,7 +431,6 @@ func (r *Recorder) detachLocked(v Vital) error {
 	}
 	err := r.writeControl()
 	if a != nil {
-		r.clock.detach(time.Now(), a.progs)
 		a.Close()
 	}
 	return err
@@ -468,6 +475,20 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 	// the rest of the process, and attaching programs apart from it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// The loop drains a ring that a late reader lets overflow, and a
+	// sample read after its process exited is symbolized only if another
+	// process of its program was seen: on a host whose CPUs are all busy it
+	// must not wait its turn behind every runnable thread (at load 20 on 2
+	// CPUs, epochs of 1 s stretched to 3-7 s and 3 s processes' samples were
+	// read after they exited). What it may spend is bounded by the budget,
+	// not by its priority. The thread goes back to the runtime at the
+	// process's priority (lowering one's own is always allowed).
+	if was, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
+		if unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), loopNice) == nil {
+			// Getpriority returns 20 - nice.
+			defer unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 20-was)
+		}
+	}
 	if err := r.advance(0); err != nil { // now with the attached vitals enabled
 		return err
 	}
@@ -486,9 +507,6 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		deadline := time.Now().Add(pollInterval)
 		if boundary.Before(deadline) {
 			deadline = boundary
-		}
-		if due := r.probeDue(); !due.IsZero() && due.Before(deadline) {
-			deadline = due
 		}
 		// The samples come without wake-ups, so the ring is read when the
 		// deadline comes. The wait is a Go timer's, not the reader's: a
@@ -511,8 +529,8 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			if err == nil {
 				r.consume(ep, rec.RawSample)
 				// A storm can fill the ring as fast as it is read: stop at
-				// the deadline all the same, so a retried vital is probed
-				// and the epoch closed on time.
+				// the deadline all the same, so the budget looks and the
+				// epoch is closed on time.
 				if n%256 == 0 && time.Now().After(deadline) {
 					break
 				}
@@ -524,8 +542,8 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			}
 			return errors.Join(fmt.Errorf("read samples: %w", err), c.stop())
 		}
-		r.probe(ep.number)
 		r.tickClock()
+		r.govern(time.Now())
 		stopping := ctx.Err() != nil
 		if !stopping && time.Now().Before(boundary) {
 			continue

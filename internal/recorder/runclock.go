@@ -1,61 +1,69 @@
 package recorder
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 )
 
-// The budget needs the run time of the recorder's BPF programs, which the
-// kernel measures only while its run-time statistics are on. On, they
-// cost every BPF program run on the machine two clock reads: on the 2-CPU
-// test machine, 78 ns of the 200 ns the syscall vital added to a getpid
-// (the programs' own work was 83 ns, the tracepoints' 41 ns). So the
-// statistics are sampled: a runClock keeps them on for statsWindow of
-// every statsPeriod and scales the run time measured in each window up to
-// the time since the last one. A cost that lasts a period is measured; a
-// burst between two windows is missed or counted ten times over, which
-// the budget, deciding once an epoch, averages out.
+// What the recorder's BPF programs cost is their runs, which they count
+// themselves (hl_stats.runs, always), at a price per run that the kernel's
+// run-time statistics give. On, the statistics cost every BPF program run
+// on the machine two clock reads, and count them in its run time: on the
+// 2-CPU test machine 55-65 ns a run, more than most of the programs' own
+// work. So a runClock keeps them on for statsWindow of every statsPeriod,
+// and prices each program by its run time over its runs the kernel
+// counted in the last windows, less the clock reads (statsOverhead,
+// measured at start on an empty program). Counts and time are the
+// kernel's alike, so the price holds whoever else turns the statistics on
+// meanwhile (another agent, bpftool), where scaling a run time up by the
+// share of the time the recorder had them on would count that time ten
+// times over. The clock reads of the recorder's own windows are its cost
+// too: a tenth of the runs pay them (windowCost).
 const (
 	statsPeriod = time.Second
 	statsWindow = 100 * time.Millisecond
 )
 
-// runClock estimates the run time of BPF programs from sampled statistics.
-// Each program's run time is scaled over the time since it was last
-// folded, or attached, by the share of that time the statistics were on:
-// a program attached in the middle of a period is not charged for the
-// part before. Its methods take the time (now) and are not safe for
-// concurrent use: the recorder calls them with ctlMu held.
+// runClock prices BPF programs by sampled statistics. Its methods take
+// the time (now) and are not safe for concurrent use: the recorder calls
+// them with ctlMu held.
 type runClock struct {
 	enable func() (io.Closer, error) // turns the kernel's statistics on until closed
 	always func() bool               // they are on whatever the clock does (kernel.bpf_stats_enabled)
 	stats  io.Closer                 // non-nil while the clock keeps them on
-	held   int                       // holds that keep them on (hold)
-	// onTime is how long the statistics were on before onSince; since
-	// then they are on if stats is, or always was at the last tick.
-	onSince  time.Time
-	onTime   time.Duration
+	// alwaysOn is always() at the last tick: the statistics' clock reads
+	// are then not the recorder's doing.
 	alwaysOn bool
 	opened   time.Time // when the last window opened
+	next     time.Time // when the next opens
 	progs    map[*ebpf.Program]*progClock
 	err      error // why the statistics could not be turned on
+	// overhead is what the statistics add to each run they count (their
+	// clock reads), not the program's own cost.
+	overhead time.Duration
 }
 
-// progClock is one program's run time: estimated, and as of its last fold.
+// progClock is one program's price: the kernel's counts at the last fold,
+// and its run time (less the statistics' own) and runs over the folds that
+// counted any, each fold weighing half the next: a window of few runs
+// (a quiet second) moves the price little, a storm's at once.
 type progClock struct {
-	est      time.Duration
-	raw      time.Duration // the kernel's count at the last fold
-	wall     time.Time     // the last fold
-	on       time.Duration // the clock's on time at the last fold
-	attached bool
+	raw      time.Duration
+	runs     uint64
+	body     time.Duration
+	bodyRuns uint64
 }
 
-func newRunClock(now time.Time, enable func() (io.Closer, error)) *runClock {
-	return &runClock{enable: enable, always: statsSysctlOn, onSince: now, progs: map[*ebpf.Program]*progClock{}}
+func newRunClock(enable func() (io.Closer, error)) *runClock {
+	return &runClock{enable: enable, always: statsSysctlOn, progs: map[*ebpf.Program]*progClock{}}
 }
 
 // statsSysctlOn reports whether kernel.bpf_stats_enabled keeps the
@@ -65,142 +73,116 @@ func statsSysctlOn() bool {
 	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
-// onAt is how long the statistics were on until now.
-func (c *runClock) onAt(now time.Time) time.Duration {
-	if c.stats != nil || c.alwaysOn {
-		return c.onTime + now.Sub(c.onSince)
-	}
-	return c.onTime
-}
-
-// mark restarts the current stretch of on or off at now.
-func (c *runClock) mark(now time.Time) {
-	c.onTime, c.onSince = c.onAt(now), now
-}
-
 func (c *runClock) on(now time.Time) {
-	c.opened = now
+	// Windows open statsPeriod apart on average, at random: at fixed
+	// intervals they would keep one phase of the epoch loop (the first
+	// events of an epoch, new to its sketches, cost more) and price every
+	// run by it.
+	c.opened, c.next = now, now.Add(statsPeriod/2+rand.N(statsPeriod))
 	if c.stats != nil || c.err != nil {
 		return
 	}
-	c.mark(now)
 	c.stats, c.err = c.enable()
 }
 
-func (c *runClock) off(now time.Time) {
+func (c *runClock) off() {
 	if c.stats == nil {
 		return
 	}
-	c.mark(now)
 	c.stats.Close()
 	c.stats = nil
 }
 
-// tick runs the schedule: a window opens statsPeriod after the last
+// tick runs the schedule: a window opens about statsPeriod after the last
 // opened, and closes statsWindow later, folding what it measured. It
 // wants calling at least every statsWindow.
 func (c *runClock) tick(now time.Time) {
-	if a := c.always(); a != c.alwaysOn {
-		c.mark(now)
-		c.alwaysOn = a
-	}
+	c.alwaysOn = c.always()
 	switch {
-	case c.stats == nil && now.Sub(c.opened) >= statsPeriod:
+	case c.stats == nil && !now.Before(c.next):
 		c.on(now)
-	case c.stats != nil && c.held == 0 && now.Sub(c.opened) >= statsWindow:
-		c.off(now)
-		c.fold(now)
+	case c.stats != nil && now.Sub(c.opened) >= statsWindow:
+		c.off()
+		c.fold()
 	}
 }
 
-// fold adds to each attached program's estimate the run time measured
-// since its last fold, scaled by the share of that time the statistics
-// were on. A program they were never on for since is left to the next.
-func (c *runClock) fold(now time.Time) {
-	on := c.onAt(now)
+// fold prices every program by what the kernel counted since its last
+// fold; a program the statistics saw no run of keeps its price.
+func (c *runClock) fold() {
 	for p, pc := range c.progs {
-		if pc.attached {
-			c.foldOne(p, pc, now, on)
+		raw, runs := rawStats(p)
+		if d, n := raw-pc.raw, runs-pc.runs; d > 0 && n > 0 {
+			pc.body = pc.body/2 + max(d-time.Duration(n)*c.overhead, 0)
+			pc.bodyRuns = pc.bodyRuns/2 + n
 		}
+		pc.raw, pc.runs = raw, runs
 	}
 }
 
-func (c *runClock) foldOne(p *ebpf.Program, pc *progClock, now time.Time, on time.Duration) {
-	measured := on - pc.on
-	if measured <= 0 {
-		return
-	}
-	raw := rawRunTime(p)
-	if d := raw - pc.raw; d > 0 {
-		pc.est += time.Duration(float64(d) * float64(now.Sub(pc.wall)) / float64(measured))
-	}
-	pc.raw, pc.wall, pc.on = raw, now, on
-}
-
-// attach starts estimating progs from now; detach stops, folding what was
-// measured since their last fold (what ran unmeasured since then is
-// lost: at most a period's).
-func (c *runClock) attach(now time.Time, progs []*ebpf.Program) {
-	on := c.onAt(now)
+// attach starts pricing progs from now.
+func (c *runClock) attach(progs []*ebpf.Program) {
 	for _, p := range progs {
 		pc := c.progs[p]
 		if pc == nil {
 			pc = &progClock{}
 			c.progs[p] = pc
 		}
-		*pc = progClock{est: pc.est, raw: rawRunTime(p), wall: now, on: on, attached: true}
+		pc.raw, pc.runs = rawStats(p)
 	}
 }
 
-func (c *runClock) detach(now time.Time, progs []*ebpf.Program) {
-	on := c.onAt(now)
-	for _, p := range progs {
-		if pc := c.progs[p]; pc != nil && pc.attached {
-			c.foldOne(p, pc, now, on)
-			pc.attached = false
-		}
+// body is what p's runs cost in the last windows that saw any, the
+// statistics' clock reads left out, and how many runs that was (each
+// window weighing half the next).
+func (c *runClock) body(p *ebpf.Program) (time.Duration, uint64) {
+	pc := c.progs[p]
+	if pc == nil {
+		return 0, 0
 	}
+	return pc.body, pc.bodyRuns
 }
 
-// runTime is p's estimated run time since it was loaded.
-func (c *runClock) runTime(p *ebpf.Program) time.Duration {
-	if pc := c.progs[p]; pc != nil {
-		return pc.est
-	}
-	return 0
-}
-
-// total is the estimated run time of every program so far.
-func (c *runClock) total() time.Duration {
-	var t time.Duration
-	for _, pc := range c.progs {
-		t += pc.est
-	}
-	return t
-}
-
-// hold keeps the statistics on until release, so that exact run times
-// (rawRunTime) can be taken over a short span.
-func (c *runClock) hold(now time.Time) {
-	c.held++
-	c.on(now)
-}
-
-func (c *runClock) release(now time.Time) {
-	if c.held--; c.held == 0 && c.stats != nil && now.Sub(c.opened) >= statsWindow {
-		c.off(now)
-		c.fold(now)
-	}
-}
-
-// rawRunTime is the kernel's count of p's run time, which grows only
-// while the statistics are on.
-func rawRunTime(p *ebpf.Program) time.Duration {
-	st, err := p.Stats()
-	if err != nil {
+// windowCost is what the recorder's windows of statistics add to a run on
+// average: the clock reads of the share of runs they count.
+func (c *runClock) windowCost() time.Duration {
+	if c.alwaysOn || c.err != nil {
 		return 0
 	}
-	return st.Runtime
+	return c.overhead * statsWindow / statsPeriod
+}
+
+// rawStats is the kernel's count of p's run time and runs, which grow only
+// while the statistics are on.
+func rawStats(p *ebpf.Program) (time.Duration, uint64) {
+	st, err := p.Stats()
+	if err != nil {
+		return 0, 0
+	}
+	return st.Runtime, st.RunCount
+}
+
+// statsOverhead measures what the statistics add to a program's counted
+// run time: an empty program run repeatedly with them on (they must be).
+// The programs' own cost is their run time less this a run.
+func statsOverhead() (time.Duration, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "holter_clock", Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("load an empty program: %w", err)
+	}
+	defer prog.Close()
+	const runs = 20000
+	if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64), Repeat: runs}); err != nil {
+		return 0, fmt.Errorf("run an empty program: %w", err)
+	}
+	raw, n := rawStats(prog)
+	if n == 0 {
+		return 0, errors.New("the statistics counted no run of an empty program")
+	}
+	return raw / time.Duration(n), nil
 }
 
 func (c *runClock) Close() error {

@@ -20,8 +20,9 @@ type vitalsBoost struct {
 }
 
 type vitalsHca struct {
-	_ structs.HostLayout
-	C [4][512]uint32
+	_    structs.HostLayout
+	C    [4][512]uint32
+	Seen [1024]uint64
 }
 
 type vitalsHlControl struct {
@@ -29,7 +30,9 @@ type vitalsHlControl struct {
 	Gen        uint64
 	Seed       [2]uint64
 	Shift      [11]uint32
+	Thin       [11]uint32
 	Enabled    uint32
+	_          [4]byte
 	SchedMinNs uint64
 	BlckMinNs  uint64
 	SelfTgid   uint32
@@ -50,12 +53,13 @@ type vitalsHlSample struct {
 	Uid         uint32
 	ExeDev      uint32
 	ExeIno      uint64
+	StartCode   uint64
+	MmapBase    uint64
 	Comm        [16]int8
 	F           [8]uint64
 	KstackBytes int32
 	UstackBytes int32
-	Kstack      [64]uint64
-	Ustack      [64]uint64
+	Stack       [128]uint64
 }
 
 type vitalsHlStats struct {
@@ -67,6 +71,16 @@ type vitalsHlStats struct {
 	LostState   uint64
 	NoStack     uint64
 	Secondary   uint64
+	Runs        uint64
+	Sketched    uint64
+	Thinned     uint64
+	Hot         [8]struct {
+		_       structs.HostLayout
+		Key     [3]uint64
+		Hash    uint64
+		Left    uint32
+		Pending uint32
+	}
 }
 
 type vitalsIoStacks struct {
@@ -78,53 +92,63 @@ type vitalsIoStacks struct {
 }
 
 type vitalsIoState struct {
-	_        structs.HostLayout
-	Gen      uint64
-	InsertTs uint64
-	IssueTs  uint64
-	Site     uint64
-	Sector   uint64
-	ExeIno   uint64
-	LabelW2  uint64
-	Pid      uint32
-	Tid      uint32
-	Uid      uint32
-	ExeDev   uint32
-	Bytes    uint32
-	Op       uint32
-	Dev      uint32
-	Est      uint32
-	Sampled  uint32
-	Self     uint32
-	Comm     [16]int8
+	_         structs.HostLayout
+	Gen       uint64
+	InsertTs  uint64
+	IssueTs   uint64
+	Site      uint64
+	Sector    uint64
+	ExeIno    uint64
+	StartCode uint64
+	MmapBase  uint64
+	LabelW0   uint64
+	LabelW1   uint64
+	LabelW2   uint64
+	Pid       uint32
+	Tid       uint32
+	Uid       uint32
+	ExeDev    uint32
+	Bytes     uint32
+	Op        uint32
+	Dev       uint32
+	Est       uint32
+	Sampled   uint32
+	Self      uint32
+	Comm      [16]int8
 }
 
 type vitalsTaskMarks struct {
 	_         structs.HostLayout
-	SysTs     uint64
-	SysArg0   uint64
-	SysSp     uint64
 	LockTs    uint64
 	LockAddr  uint64
-	SysNr     int64
 	LockFlags uint32
 	Pad       uint32
 }
 
 type vitalsTaskState struct {
 	_           structs.HostLayout
-	RunnableTs  uint64
 	SleepTs     uint64
-	BlockedNs   uint64
 	Site        uint64
 	SiteKey     uint64
 	UstackKey   uint64
 	UstackTs    uint64
+	SleptTs     uint64
+	SleptSp     uint64
+	SleptNr     int64
 	SleepState  uint32
 	Preempted   uint32
 	UstackBytes int32
 	Pad         uint32
 	Ustack      [64]uint64
+}
+
+type vitalsWoke struct {
+	_       structs.HostLayout
+	Sp      uint64
+	SleptTs uint64
+	Nr      int64
+	Tid     uint32
+	Pad     uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -139,9 +163,12 @@ const (
 	vitalsMapInflightStacks       = "inflight_stacks"
 	vitalsMapIoScratch            = "io_scratch"
 	vitalsMapSamples              = "samples"
+	vitalsMapScratch              = "scratch"
+	vitalsMapScratchDepth         = "scratch_depth"
 	vitalsMapStats                = "stats"
 	vitalsMapTaskMarks            = "task_marks"
 	vitalsMapTaskStates           = "task_states"
+	vitalsMapWoke                 = "woke"
 	vitalsProgVitalBlioComplete   = "vital_blio_complete"
 	vitalsProgVitalBlioInsert     = "vital_blio_insert"
 	vitalsProgVitalBlioIssue      = "vital_blio_issue"
@@ -151,13 +178,11 @@ const (
 	vitalsProgVitalLockBegin      = "vital_lock_begin"
 	vitalsProgVitalLockEnd        = "vital_lock_end"
 	vitalsProgVitalSchedSwitch    = "vital_sched_switch"
-	vitalsProgVitalSchedWakeup    = "vital_sched_wakeup"
-	vitalsProgVitalSchedWakeupNew = "vital_sched_wakeup_new"
 	vitalsProgVitalSignalGenerate = "vital_signal_generate"
 	vitalsProgVitalSockRecv       = "vital_sock_recv"
 	vitalsProgVitalSockSend       = "vital_sock_send"
-	vitalsProgVitalSysEnter       = "vital_sys_enter"
 	vitalsProgVitalSysExit        = "vital_sys_exit"
+	vitalsProgVitalSysLast        = "vital_sys_last"
 	vitalsProgVitalUmemFault      = "vital_umem_fault"
 	vitalsVarUnusedHlSample       = "unused_hl_sample"
 )
@@ -213,13 +238,11 @@ type vitalsProgramSpecs struct {
 	VitalLockBegin      *ebpf.ProgramSpec `ebpf:"vital_lock_begin"`
 	VitalLockEnd        *ebpf.ProgramSpec `ebpf:"vital_lock_end"`
 	VitalSchedSwitch    *ebpf.ProgramSpec `ebpf:"vital_sched_switch"`
-	VitalSchedWakeup    *ebpf.ProgramSpec `ebpf:"vital_sched_wakeup"`
-	VitalSchedWakeupNew *ebpf.ProgramSpec `ebpf:"vital_sched_wakeup_new"`
 	VitalSignalGenerate *ebpf.ProgramSpec `ebpf:"vital_signal_generate"`
 	VitalSockRecv       *ebpf.ProgramSpec `ebpf:"vital_sock_recv"`
 	VitalSockSend       *ebpf.ProgramSpec `ebpf:"vital_sock_send"`
-	VitalSysEnter       *ebpf.ProgramSpec `ebpf:"vital_sys_enter"`
 	VitalSysExit        *ebpf.ProgramSpec `ebpf:"vital_sys_exit"`
+	VitalSysLast        *ebpf.ProgramSpec `ebpf:"vital_sys_last"`
 	VitalUmemFault      *ebpf.ProgramSpec `ebpf:"vital_umem_fault"`
 }
 
@@ -235,9 +258,12 @@ type vitalsMapSpecs struct {
 	InflightStacks *ebpf.MapSpec `ebpf:"inflight_stacks"`
 	IoScratch      *ebpf.MapSpec `ebpf:"io_scratch"`
 	Samples        *ebpf.MapSpec `ebpf:"samples"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	ScratchDepth   *ebpf.MapSpec `ebpf:"scratch_depth"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TaskMarks      *ebpf.MapSpec `ebpf:"task_marks"`
 	TaskStates     *ebpf.MapSpec `ebpf:"task_states"`
+	Woke           *ebpf.MapSpec `ebpf:"woke"`
 }
 
 // vitalsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -275,9 +301,12 @@ type vitalsMaps struct {
 	InflightStacks *ebpf.Map `ebpf:"inflight_stacks"`
 	IoScratch      *ebpf.Map `ebpf:"io_scratch"`
 	Samples        *ebpf.Map `ebpf:"samples"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	ScratchDepth   *ebpf.Map `ebpf:"scratch_depth"`
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TaskMarks      *ebpf.Map `ebpf:"task_marks"`
 	TaskStates     *ebpf.Map `ebpf:"task_states"`
+	Woke           *ebpf.Map `ebpf:"woke"`
 }
 
 func (m *vitalsMaps) Close() error {
@@ -290,9 +319,12 @@ func (m *vitalsMaps) Close() error {
 		m.InflightStacks,
 		m.IoScratch,
 		m.Samples,
+		m.Scratch,
+		m.ScratchDepth,
 		m.Stats,
 		m.TaskMarks,
 		m.TaskStates,
+		m.Woke,
 	)
 }
 
@@ -316,13 +348,11 @@ type vitalsPrograms struct {
 	VitalLockBegin      *ebpf.Program `ebpf:"vital_lock_begin"`
 	VitalLockEnd        *ebpf.Program `ebpf:"vital_lock_end"`
 	VitalSchedSwitch    *ebpf.Program `ebpf:"vital_sched_switch"`
-	VitalSchedWakeup    *ebpf.Program `ebpf:"vital_sched_wakeup"`
-	VitalSchedWakeupNew *ebpf.Program `ebpf:"vital_sched_wakeup_new"`
 	VitalSignalGenerate *ebpf.Program `ebpf:"vital_signal_generate"`
 	VitalSockRecv       *ebpf.Program `ebpf:"vital_sock_recv"`
 	VitalSockSend       *ebpf.Program `ebpf:"vital_sock_send"`
-	VitalSysEnter       *ebpf.Program `ebpf:"vital_sys_enter"`
 	VitalSysExit        *ebpf.Program `ebpf:"vital_sys_exit"`
+	VitalSysLast        *ebpf.Program `ebpf:"vital_sys_last"`
 	VitalUmemFault      *ebpf.Program `ebpf:"vital_umem_fault"`
 }
 
@@ -337,13 +367,11 @@ func (p *vitalsPrograms) Close() error {
 		p.VitalLockBegin,
 		p.VitalLockEnd,
 		p.VitalSchedSwitch,
-		p.VitalSchedWakeup,
-		p.VitalSchedWakeupNew,
 		p.VitalSignalGenerate,
 		p.VitalSockRecv,
 		p.VitalSockSend,
-		p.VitalSysEnter,
 		p.VitalSysExit,
+		p.VitalSysLast,
 		p.VitalUmemFault,
 	)
 }

@@ -52,9 +52,12 @@ func TestGolden(t *testing.T) {
 //	M x                      -> mix64(x)
 //	H seed w0 w1 w2          -> label_hash(seed, w0, w1, w2)
 //	L x shift                -> level(x, shift)
-//	R seed                   zero the HCA and set the seed
+//	R seed                   zero the HCA and the hot slots and set the seed
 //	A w0 w1 w2 weight shift  -> "sampled est" of the update
-//	D                        -> the 2048 counters, row by row
+//	K k0 k1 k2 w0 w1 w2 weight shift
+//	                         -> "sampled est hit" of the update through the hot slots
+//	D                        -> the 2048 counters, row by row, then the seen array
+//	S                        -> the hot slots: key, hash, left, pending each
 const cTwin = `
 #include <stdint.h>
 #include <stdio.h>
@@ -65,7 +68,11 @@ typedef uint32_t __u32;
 
 #define HCA_ROWS 4
 #define HCA_WIDTH 512
-struct hca { __u32 c[HCA_ROWS][HCA_WIDTH]; };
+#define HOT_SLOTS 8
+#define SEEN_BITS 65536
+#define SEEN_HASHES 3
+struct hca { __u32 c[HCA_ROWS][HCA_WIDTH]; __u64 seen[SEEN_BITS / 64]; };
+struct hot_slot { __u64 key[3]; __u64 hash; __u32 left; __u32 pending; };
 
 static inline __u64 mix64(__u64 x) {
 	x ^= x >> 33; x *= 0xff51afd7ed558ccdULL;
@@ -89,7 +96,71 @@ static int level(__u64 x, __u32 shift) {
 }
 
 static struct hca h;
+
+static int seen_first(__u64 hsh) {
+	__u64 x = mix64(hsh ^ 0x9e3779b97f4a7c15ULL);
+	int first = 0;
+	for (int i = 0; i < SEEN_HASHES; i++) {
+		__u32 b = (x >> (16 * i)) & (SEEN_BITS - 1);
+		__u64 m = 1ULL << (b & 63);
+		if (!(h.seen[b >> 6] & m)) {
+			h.seen[b >> 6] |= m;
+			first = 1;
+		}
+	}
+	return first;
+}
+
+static __u32 room_below_next(__u64 est, __u32 shift) {
+	__u64 next;
+	if (shift == 0)
+		shift = 1;
+	next = (__u64)(level(est, shift) + 1) * shift;
+	if (next >= 32)
+		return 0xffffffffULL - est;
+	return (1ULL << next) - est;
+}
+
+static struct hot_slot hot[HOT_SLOTS];
 static __u64 seed;
+
+/* hot_slot_of, hot_hit and sketch_event of bpf/sketch.h */
+static void keyed(__u64 k0, __u64 k1, __u64 k2, __u64 w0, __u64 w1, __u64 w2, __u32 weight, __u32 shift) {
+	__u64 x = k0 ^ k1;
+	struct hot_slot *s = &hot[(x ^ (x >> 8) ^ (x >> 16)) & (HOT_SLOTS - 1)];
+	int same = s->key[0] == k0 && s->key[1] == k1 && s->key[2] == k2;
+	__u64 hsh, old = ~0ULL, new, add = weight;
+	if (weight < s->left && same) {
+		s->left -= weight;
+		s->pending += weight;
+		printf("0 0 1\n");
+		return;
+	}
+	if (same) {
+		add += s->pending;
+	} else if (s->pending) {
+		for (int r = 0; r < HCA_ROWS; r++)
+			h.c[r][(s->hash >> (16 * r)) & (HCA_WIDTH - 1)] += s->pending;
+	}
+	hsh = label_hash(seed, w0, w1, w2);
+	for (int r = 0; r < HCA_ROWS; r++) {
+		__u32 idx = (hsh >> (16 * r)) & (HCA_WIDTH - 1);
+		__u64 o = h.c[r][idx];
+		h.c[r][idx] = o + add;
+		if (o < old)
+			old = o;
+	}
+	new = old + add;
+	if (new > 0xffffffffULL)
+		new = 0xffffffffULL;
+	s->key[0] = k0;
+	s->key[1] = k1;
+	s->key[2] = k2;
+	s->hash = hsh;
+	s->pending = 0;
+	s->left = room_below_next(new, shift);
+	printf("%d %u 0\n", seen_first(hsh) || level(new, shift) > level(old, shift), (__u32)new);
+}
 
 int main(void) {
 	char op[4];
@@ -111,7 +182,20 @@ int main(void) {
 		case 'R':
 			if (scanf("%llu", &a) != 1) return 2;
 			memset(&h, 0, sizeof(h));
+			memset(hot, 0, sizeof(hot));
 			seed = a;
+			break;
+		case 'K': {
+			unsigned long long k[3], w[3], weight, shift;
+			if (scanf("%llu %llu %llu %llu %llu %llu %llu %llu", &k[0], &k[1], &k[2], &w[0], &w[1], &w[2], &weight, &shift) != 8) return 2;
+			keyed(k[0], k[1], k[2], w[0], w[1], w[2], (__u32)weight, (__u32)shift);
+			break;
+		}
+		case 'S':
+			for (int i = 0; i < HOT_SLOTS; i++)
+				printf("%llu %llu %llu %llu %u %u%c", (unsigned long long)hot[i].key[0], (unsigned long long)hot[i].key[1],
+				       (unsigned long long)hot[i].key[2], (unsigned long long)hot[i].hash, hot[i].left, hot[i].pending,
+				       i == HOT_SLOTS - 1 ? '\n' : ' ');
 			break;
 		case 'A': {
 			if (scanf("%llu %llu %llu %llu %llu", &a, &b, &c, &d, &e) != 5) return 2;
@@ -126,13 +210,15 @@ int main(void) {
 			}
 			if (new > 0xffffffffULL)
 				new = 0xffffffffULL;
-			printf("%d %u\n", level(new, shift) > level(old, shift), (__u32)new);
+			printf("%d %u\n", seen_first(hsh) || level(new, shift) > level(old, shift), (__u32)new);
 			break;
 		}
 		case 'D':
 			for (int r = 0; r < HCA_ROWS; r++)
 				for (int i = 0; i < HCA_WIDTH; i++)
-					printf("%u%c", h.c[r][i], r == HCA_ROWS - 1 && i == HCA_WIDTH - 1 ? '\n' : ' ');
+					printf("%u ", h.c[r][i]);
+			for (int i = 0; i < SEEN_BITS / 64; i++)
+				printf("%llu%c", (unsigned long long)h.seen[i], i == SEEN_BITS / 64 - 1 ? '\n' : ' ');
 			break;
 		default:
 			return 3;
@@ -141,6 +227,13 @@ int main(void) {
 	return 0;
 }
 `
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // inCI reports whether the tests run in continuous integration, where a
 // missing compiler is a failure rather than a reason to skip.
@@ -175,7 +268,9 @@ func buildCTwin(t *testing.T) string {
 // Mix64 and Hash on 1000 random labels and seeds, Level, and long update
 // streams with collisions, zero and huge weights (wrapping counters, clamped
 // estimates) and every shift from 0 to 6, comparing each verdict and the
-// final counters.
+// final counters; then streams through hot slots (storms of one label
+// among others that share its slot), comparing each verdict, the slots and
+// the counters.
 func TestAgainstC(t *testing.T) {
 	bin := buildCTwin(t)
 	rng := rand.New(rand.NewPCG(2008, 1))
@@ -183,6 +278,19 @@ func TestAgainstC(t *testing.T) {
 	var want []string // the Go side's answers, line by line
 
 	edge := []uint64{0, 1, 2, 0xffffffff, 1 << 32, 1 << 63, ^uint64(0)}
+	// weight is an event's weight: mostly 1, sometimes 0, up to most, or
+	// huge (wrapping counters, clamping estimates).
+	weight := func(most uint32) uint32 {
+		switch rng.IntN(20) {
+		case 0:
+			return rng.Uint32()
+		case 1:
+			return 0
+		case 2, 3, 4:
+			return rng.Uint32N(most)
+		}
+		return 1
+	}
 	word := func() uint64 {
 		if rng.IntN(20) == 0 {
 			return edge[rng.IntN(len(edge))]
@@ -202,6 +310,19 @@ func TestAgainstC(t *testing.T) {
 		fmt.Fprintf(&in, "L %d %d\n", x, shift)
 		want = append(want, strconv.Itoa(Level(x, shift)))
 	}
+	dumpCounters := func(h *HCA) {
+		in.WriteString("D\n")
+		var dump []string
+		for r := range Rows {
+			for _, c := range h.Counters[r] {
+				dump = append(dump, strconv.FormatUint(uint64(c), 10))
+			}
+		}
+		for _, w := range h.Seen {
+			dump = append(dump, strconv.FormatUint(w, 10))
+		}
+		want = append(want, strings.Join(dump, " "))
+	}
 	for epoch := range 8 {
 		var h HCA
 		h.Reset(word())
@@ -212,32 +333,41 @@ func TestAgainstC(t *testing.T) {
 		}
 		for range 20000 {
 			l := labels[rng.IntN(len(labels))]
-			w := uint32(1)
-			switch rng.IntN(20) {
-			case 0:
-				w = rng.Uint32()
-			case 1:
-				w = 0
-			case 2, 3, 4:
-				w = rng.Uint32N(100000)
-			}
+			w := weight(100000)
 			shift := rng.UintN(7)
 			fmt.Fprintf(&in, "A %d %d %d %d %d\n", l[0], l[1], l[2], w, shift)
 			sampled, est := h.Add(l, w, shift)
-			b := 0
-			if sampled {
-				b = 1
-			}
-			want = append(want, fmt.Sprintf("%d %d", b, est))
+			want = append(want, fmt.Sprintf("%d %d", b2i(sampled), est))
 		}
-		in.WriteString("D\n")
-		var dump []string
-		for r := range Rows {
-			for _, c := range h.Counters[r] {
-				dump = append(dump, strconv.FormatUint(uint64(c), 10))
-			}
+		dumpCounters(&h)
+		// The same epoch's labels again, through hot slots of their own: keys
+		// that share slots, and runs of one label, as programs see them.
+		h.Reset(word())
+		var hot Hot
+		fmt.Fprintf(&in, "R %d\n", h.Seed)
+		keys := make([][3]uint64, 1+rng.IntN(12))
+		for i := range keys {
+			keys[i] = [3]uint64{rng.Uint64N(3), rng.Uint64N(64) << 8, rng.Uint64N(2)}
 		}
-		want = append(want, strings.Join(dump, " "))
+		for range 20000 {
+			i := rng.IntN(len(keys))
+			if rng.IntN(4) > 0 {
+				i = 0 // a storm of one label
+			}
+			k, l := keys[i], Label{keys[i][0], keys[i][1], keys[i][2] ^ uint64(epoch)}
+			w := weight(1000)
+			shift := uint(epoch % 4)
+			fmt.Fprintf(&in, "K %d %d %d %d %d %d %d %d\n", k[0], k[1], k[2], l[0], l[1], l[2], w, shift)
+			sampled, est, hit := h.AddHot(&hot, k, l, w, shift)
+			want = append(want, fmt.Sprintf("%d %d %d", b2i(sampled), est, b2i(hit)))
+		}
+		in.WriteString("S\n")
+		var slots []string
+		for _, s := range hot {
+			slots = append(slots, fmt.Sprintf("%d %d %d %d %d %d", s.Key[0], s.Key[1], s.Key[2], s.Hash, s.Left, s.Pending))
+		}
+		want = append(want, strings.Join(slots, " "))
+		dumpCounters(&h)
 	}
 
 	cmd := exec.Command(bin)

@@ -97,6 +97,7 @@ type counterArray interface {
 // other geometries. At Rows x Width it behaves exactly like HCA (tested).
 type flatHCA struct {
 	c     []uint32 // row r at c[r*width : (r+1)*width]
+	seen  []uint64 // the seen array, as HCA's
 	rows  int
 	width int
 	mask  uint64
@@ -104,11 +105,12 @@ type flatHCA struct {
 }
 
 func newFlatHCA(rows, width int) *flatHCA {
-	return &flatHCA{c: make([]uint32, rows*width), rows: rows, width: width, mask: uint64(width - 1)}
+	return &flatHCA{c: make([]uint32, rows*width), seen: make([]uint64, SeenWords), rows: rows, width: width, mask: uint64(width - 1)}
 }
 
 func (f *flatHCA) Reset(seed uint64) {
 	clear(f.c)
+	clear(f.seen)
 	f.seed = seed
 }
 
@@ -119,10 +121,12 @@ func (f *flatHCA) addHash(hsh uint64, weight uint32, shift uint) (sampled bool, 
 		old = min(old, *c)
 		*c += weight
 	}
+	first := seenFirst(f.seen, hsh)
 	if sameLevel(old, weight) {
-		return false, old + weight
+		return first, old + weight
 	}
-	return decide(old, weight, shift)
+	sampled, est = decide(old, weight, shift)
+	return sampled || first, est
 }
 
 // aliasTable samples from a discrete distribution in constant time (Walker's

@@ -16,6 +16,15 @@ const (
 	Width = 512
 )
 
+// The bit array of the labels an epoch has seen (SEEN_BITS and SEEN_HASHES
+// in bpf/sketch.h): a Bloom filter with SeenHashes bits a label, so that a
+// label's first event is sampled even when its counters are all shared.
+const (
+	SeenBits   = 65536
+	SeenHashes = 3
+	SeenWords  = SeenBits / 64
+)
+
 // DefaultShift is the default threshold exponent: t = 1<<DefaultShift = 2, so
 // a label is sampled when its estimated count reaches 1, 2, 4, 8, ... It is the
 // smallest threshold there is, and it meets the coverage bar (a label with
@@ -111,7 +120,27 @@ func sameLevel(old, weight uint32) bool {
 // for a single goroutine.
 type HCA struct {
 	Counters [Rows][Width]uint32
+	Seen     [SeenWords]uint64
 	Seed     uint64
+}
+
+// seenSalt makes the bits of a label in the seen array independent of its
+// counters' indices (seen_first in bpf/sketch.h).
+const seenSalt = 0x9e3779b97f4a7c15
+
+// seenFirst reports whether the label hashed to hsh is new in seen, and
+// marks it seen.
+func seenFirst(seen []uint64, hsh uint64) bool {
+	x := Mix64(hsh ^ seenSalt)
+	first := false
+	for i := range SeenHashes {
+		b := (x >> (16 * i)) & (SeenBits - 1)
+		if m := uint64(1) << (b & 63); seen[b>>6]&m == 0 {
+			seen[b>>6] |= m
+			first = true
+		}
+	}
+	return first
 }
 
 // Add accounts one event of label l with the given weight and reports whether
@@ -120,7 +149,8 @@ type HCA struct {
 // kernel's do); the estimate before and after the event is the minimum over
 // the rows, the one after clamped to 0xffffffff; the event is sampled when that
 // estimate reaches a new power of t = 1<<shift, i.e. when
-// Level(after, shift) > Level(before, shift).
+// Level(after, shift) > Level(before, shift), or when the label is new in
+// the copy's seen array.
 func (h *HCA) Add(l Label, weight uint32, shift uint) (sampled bool, est uint32) {
 	return h.addHash(Hash(h.Seed, l), weight, shift)
 }
@@ -137,10 +167,12 @@ func (h *HCA) addHash(hsh uint64, weight uint32, shift uint) (sampled bool, est 
 	*c1 += weight
 	*c2 += weight
 	*c3 += weight
+	first := seenFirst(h.Seen[:], hsh)
 	if sameLevel(old, weight) {
-		return false, old + weight
+		return first, old + weight
 	}
-	return decide(old, weight, shift)
+	sampled, est = decide(old, weight, shift)
+	return sampled || first, est
 }
 
 // Estimate is the estimated count of label l: the minimum over the rows of
@@ -156,29 +188,27 @@ func (h *HCA) Estimate(l Label) uint32 {
 	return est
 }
 
-// DistinctEstimate estimates the number of distinct labels (with non-zero
-// weight) added to this copy, by linear counting on row 0:
-// -Width * ln(zeros/Width), where zeros is the number of zero counters. The
-// estimate is good up to a few times Width labels. When no counter in row 0 is
-// zero the row is saturated and the result is Width*ln(Width) (about 3194 at
-// Width 512), the value for a single zero counter: read it as "at least about
-// that many".
+// DistinctEstimate estimates the number of distinct labels added to this
+// copy from its seen array, by linear counting: -(m/k) ln(zeros/m), m bits,
+// k a label, zeros the bits still clear. The estimate is good up to a few
+// times m/k (about 20 000 labels). When no bit is clear the result is the
+// value for a single one, (m/k) ln m (about 242 000): read it as "at least
+// about that many".
 func (h *HCA) DistinctEstimate() float64 {
 	zeros := 0
-	for _, c := range h.Counters[0] {
-		if c == 0 {
-			zeros++
-		}
+	for _, w := range h.Seen {
+		zeros += 64 - bits.OnesCount64(w)
 	}
 	if zeros == 0 {
 		zeros = 1
 	}
-	return -Width * math.Log(float64(zeros)/Width)
+	return -float64(SeenBits) / SeenHashes * math.Log(float64(zeros)/SeenBits)
 }
 
 // Reset zeroes the counters and sets the seed for a new epoch.
 func (h *HCA) Reset(seed uint64) {
 	h.Counters = [Rows][Width]uint32{}
+	h.Seen = [SeenWords]uint64{}
 	h.Seed = seed
 }
 

@@ -16,6 +16,7 @@ import (
 // mapping is one line of /proc/PID/maps.
 type mapping struct {
 	start, end, off uint64
+	dev             string // major:minor, as maps shows it
 	inode           uint64
 	exec            bool
 	name            string // file path without " (deleted)", pseudo name such as "[vdso]", or "" for anonymous memory
@@ -112,12 +113,12 @@ func parseMapsLine(line string) (*mapping, error) {
 		f, rest, _ = strings.Cut(rest, " ")
 		return f
 	}
-	rng, perms, off, _, ino := next(), next(), next(), next(), next()
+	rng, perms, off, dev, ino := next(), next(), next(), next(), next()
 	lo, hi, ok := strings.Cut(rng, "-")
 	if !ok || len(perms) < 3 {
 		return nil, fmt.Errorf("malformed maps line %q", line)
 	}
-	m := &mapping{exec: perms[2] == 'x'}
+	m := &mapping{exec: perms[2] == 'x', dev: dev}
 	var err error
 	if m.start, err = strconv.ParseUint(lo, 16, 64); err != nil {
 		return nil, fmt.Errorf("maps start address: %w", err)

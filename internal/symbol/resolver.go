@@ -17,8 +17,12 @@ import (
 const (
 	// maxProcesses bounds the per-process cache of parsed memory maps.
 	maxProcesses = 1024
-	// maxELFFiles bounds the cache of parsed ELF symbol tables.
+	// maxELFFiles bounds the cache of parsed ELF symbol tables, and that of
+	// the mapped files they were read from.
 	maxELFFiles = 64
+	// maxImages bounds the executables whose last process's layout is kept
+	// to symbolize processes of theirs that are gone (ResolveImage).
+	maxImages = 256
 	// defaultRereadInterval is the minimum time between two re-reads of the maps of one process
 	// triggered by unmapped addresses. It keeps garbage frames (common with frame-pointer unwinding
 	// through code built without frame pointers) from re-reading the maps on every stack.
@@ -46,9 +50,36 @@ type Resolver struct {
 	// open /proc/PID/stat), which short-lived processes made many.
 	gone *lru[uint32, time.Time]
 	elfs *lru[string, *elfEntry]
+	// files are the symbol tables of mapped files by the file's identity in
+	// the maps (device, inode, path, deleted or not): a new process mapping
+	// a file seen before is symbolized without opening it. A file rewritten
+	// in place, which keeps its inode, keeps its old symbols until it
+	// leaves the cache.
+	files *lru[fileKey, *elfObject]
+	// images are, per executable, the last process of it resolved while it
+	// existed, with its layout (ResolveImage).
+	images *lru[imageKey, *image]
 
-	// parses counts ELF symbol tables parsed; tests use it to check the build id cache.
+	// parses counts ELF symbol tables parsed, opens the mapped files opened;
+	// tests use them to check the caches.
 	parses atomic.Int64
+	opens  atomic.Int64
+}
+
+// fileKey identifies a mapped file as /proc/PID/maps does.
+type fileKey struct {
+	dev     string
+	ino     uint64
+	name    string
+	deleted bool
+}
+
+type imageKey struct{ dev, ino uint64 }
+
+// image is a process that ran an executable, kept with where its code sat.
+type image struct {
+	p      *process
+	layout Image
 }
 
 // process is the cached view of one process, identified by pid and start time.
@@ -81,6 +112,8 @@ func NewResolver(procRoot string) *Resolver {
 		procs:          newLRU[uint32, *process](maxProcesses),
 		gone:           newLRU[uint32, time.Time](maxProcesses),
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
+		files:          newLRU[fileKey, *elfObject](maxELFFiles),
+		images:         newLRU[imageKey, *image](maxImages),
 	}
 }
 
@@ -88,22 +121,26 @@ func NewResolver(procRoot string) *Resolver {
 // resolved have an empty Func, and all frames of a process that no longer exists have neither Func nor
 // Module. The result has one Frame per address, in the same order.
 func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
+	frames, _ := r.resolveLive(pid, addrs)
+	return frames
+}
+
+// resolveLive is Resolve; it also returns the process when it exists
+// (its lock not held).
+func (r *Resolver) resolveLive(pid uint32, addrs []uint64) ([]Frame, *process) {
 	frames := make([]Frame, len(addrs))
 	for i, a := range addrs {
 		frames[i].Addr = a
 	}
-	if len(addrs) == 0 {
-		return frames
-	}
 	p := r.process(pid)
 	if p == nil {
-		return frames
+		return frames, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := r.ensureLoaded(p); err != nil {
 		r.forget(p)
-		return frames
+		return frames, nil
 	}
 	reread := false
 	for i, a := range addrs {
@@ -116,7 +153,7 @@ func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
 				for j := range frames {
 					frames[j] = Frame{Addr: addrs[j]}
 				}
-				return frames
+				return frames, nil
 			}
 			m = findMapping(p.maps, a)
 		}
@@ -124,7 +161,77 @@ func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
 			frames[i] = r.resolveIn(p, m, a)
 		}
 	}
+	return frames, p
+}
+
+// Image is where a process's code sits, as the recorder's samples say it:
+// the executable it runs (device and inode, as the kernel numbers them),
+// the start of the executable's text (mm->start_code) and the base the
+// kernel maps shared libraries down from (mm->mmap_base). Address-space
+// randomisation moves both from one run to the next, but the libraries of
+// one program keep their places below the base.
+type Image struct {
+	Dev, Ino  uint64
+	StartCode uint64
+	MmapBase  uint64
+}
+
+// ResolveImage symbolizes addrs of process pid, which runs img: as Resolve
+// while the process exists; once it is gone, by the last process of the
+// same executable resolved here while it existed, its layout moved onto
+// this one's: an address in the executable's text by the difference of
+// start_code, any other by that of mmap_base. So the samples of a process
+// that exited before they were read, a short-lived one above all, are
+// symbolized without reading anything, if a process of its program was
+// seen before.
+func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
+	frames, p := r.resolveLive(pid, addrs)
+	key := imageKey{img.Dev, img.Ino}
+	if p != nil {
+		if img.Ino != 0 && img.MmapBase != 0 {
+			r.mu.Lock()
+			r.images.add(key, &image{p: p, layout: img})
+			r.mu.Unlock()
+		}
+		return frames
+	}
+	if img.Ino == 0 || img.MmapBase == 0 || len(addrs) == 0 {
+		return frames
+	}
+	r.mu.Lock()
+	im, ok := r.images.get(key)
+	r.mu.Unlock()
+	if !ok {
+		return frames
+	}
+	im.p.mu.Lock()
+	defer im.p.mu.Unlock()
+	for i, a := range addrs {
+		if m := findMapping(im.p.maps, a-img.StartCode+im.layout.StartCode); m != nil && m.inode == img.Ino {
+			frames[i] = r.resolveIn(im.p, m, a-img.StartCode+im.layout.StartCode)
+		} else if m := findMapping(im.p.maps, a-img.MmapBase+im.layout.MmapBase); m != nil {
+			frames[i] = r.resolveIn(im.p, m, a-img.MmapBase+im.layout.MmapBase)
+		}
+		frames[i].Addr = a
+	}
 	return frames
+}
+
+// ExeImage is Exe, or once pid is gone, the executable of the last process
+// of img's resolved by ResolveImage; "" if unknown.
+func (r *Resolver) ExeImage(pid uint32, img Image) string {
+	if exe := r.Exe(pid); exe != "" || img.Ino == 0 {
+		return exe
+	}
+	r.mu.Lock()
+	im, ok := r.images.get(imageKey{img.Dev, img.Ino})
+	r.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	im.p.mu.Lock()
+	defer im.p.mu.Unlock()
+	return im.p.exe
 }
 
 // Exe returns the executable path of pid (readlink procRoot/PID/exe), "" if unknown; it is cached with
@@ -258,7 +365,17 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 	}
 	if !m.loaded {
 		m.loaded = true
-		m.obj, _ = r.loadObject(p.pid, m) // a file without usable symbols just stays unresolved
+		fk := fileKey{m.dev, m.inode, m.name, m.deleted}
+		r.mu.Lock()
+		obj, ok := r.files.get(fk)
+		r.mu.Unlock()
+		if !ok {
+			obj, _ = r.loadObject(p.pid, m) // a file without usable symbols just stays unresolved
+			r.mu.Lock()
+			r.files.add(fk, obj)
+			r.mu.Unlock()
+		}
+		m.obj = obj
 	}
 	if m.obj == nil {
 		return f
@@ -282,6 +399,7 @@ func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.opens.Add(1)
 	defer f.Close()
 	ef, err := elf.NewFile(f)
 	if err != nil {

@@ -726,3 +726,81 @@ func TestLRU(t *testing.T) {
 		t.Error("remove did not remove")
 	}
 }
+
+// imageOf is the Image of a test process: its executable's inode, its
+// start_code (/proc/PID/stat field 26) and, standing in for mmap_base,
+// which /proc does not show, the start of its libc mapping: ResolveImage
+// uses differences only, and libc sits at the same distance below
+// mmap_base in every run of a program.
+func imageOf(t *testing.T, bin string, p *testProc) Image {
+	t.Helper()
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := StatField(stat, 26)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := readMaps("/proc", p.pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	libc := findMapping(maps, p.addrs[1])
+	if libc == nil {
+		t.Fatalf("no mapping holds libc's read at %#x", p.addrs[1])
+	}
+	return Image{Dev: st.Dev, Ino: st.Ino, StartCode: start, MmapBase: libc.start - libc.off}
+}
+
+// TestResolveImageAfterExit: the frames of a process that is gone are
+// symbolized by the layout of an earlier process of the same executable,
+// and a second process of a program seen before is symbolized without
+// opening its files again.
+func TestResolveImageAfterExit(t *testing.T) {
+	bin := buildC(t, "pie", "-fPIE", "-pie")
+	r := NewResolver("/proc")
+	p1 := start(t, bin)
+	f1 := r.ResolveImage(p1.pid, imageOf(t, bin, p1), p1.addrs)
+	if f1[0].Func != "holter_symbol_test_spin" || f1[1].Func == "" {
+		t.Fatalf("frames of a live process: %+v", f1)
+	}
+	opens := r.opens.Load()
+	p2 := start(t, bin)
+	if f := r.ResolveImage(p2.pid, imageOf(t, bin, p2), p2.addrs); f[0].Func != "holter_symbol_test_spin" || f[1].Func != f1[1].Func {
+		t.Fatalf("frames of a second live process: %+v", f)
+	}
+	if got := r.opens.Load(); got != opens {
+		t.Errorf("a second process of the same program opened %d mapped files again", got-opens)
+	}
+
+	p3 := start(t, bin)
+	img := imageOf(t, bin, p3)
+	if img.StartCode == imageOf(t, bin, p1).StartCode {
+		t.Log("the two processes' executables were loaded at the same place (no randomisation?)")
+	}
+	p3.stop()
+	r.revalidate = 0
+	f3 := r.ResolveImage(p3.pid, img, p3.addrs)
+	if f3[0].Func != "holter_symbol_test_spin" || f3[0].Addr != p3.addrs[0] {
+		t.Errorf("executable frame of a process gone = %+v, want holter_symbol_test_spin at %#x", f3[0], p3.addrs[0])
+	}
+	if f3[1].Func != f1[1].Func || f3[1].Module != f1[1].Module {
+		t.Errorf("libc frame of a process gone = %+v, want %s in %s", f3[1], f1[1].Func, f1[1].Module)
+	}
+	if got := r.ExeImage(p3.pid, img); got != bin {
+		t.Errorf("ExeImage of a process gone = %q, want %q", got, bin)
+	}
+	other := img
+	other.Ino++
+	for i, f := range r.ResolveImage(p3.pid, other, p3.addrs) {
+		if f.Func != "" {
+			t.Errorf("frame %d of a gone process of an executable never seen = %+v, want unresolved", i, f)
+		}
+	}
+}
