@@ -17,8 +17,11 @@ import (
 const (
 	// maxProcesses bounds the per-process cache of parsed memory maps.
 	maxProcesses = 1024
-	// maxELFFiles bounds the cache of parsed ELF symbol tables.
+	// maxELFFiles and maxELFBytes bound the cache of parsed ELF symbol
+	// tables, by files and by their estimated size: one Go binary with
+	// DuckDB linked in (holter, its tests) is some 12 MB of symbols.
 	maxELFFiles = 64
+	maxELFBytes = 24 << 20
 	// defaultRereadInterval is the minimum time between two re-reads of the maps of one process
 	// triggered by unmapped addresses. It keeps garbage frames (common with frame-pointer unwinding
 	// through code built without frame pointers) from re-reading the maps on every stack.
@@ -46,6 +49,8 @@ type Resolver struct {
 	// open /proc/PID/stat), which short-lived processes made many.
 	gone *lru[uint32, time.Time]
 	elfs *lru[string, *elfEntry]
+	// elfBytes is the estimated size of the ELF cache's parsed tables.
+	elfBytes int
 
 	// parses counts ELF symbol tables parsed; tests use it to check the build id cache.
 	parses atomic.Int64
@@ -70,11 +75,12 @@ type elfEntry struct {
 	once sync.Once
 	obj  *elfObject
 	err  error
+	size int // the estimated bytes of obj; guarded by Resolver.mu
 }
 
 // NewResolver returns a Resolver reading process information below procRoot (normally "/proc").
 func NewResolver(procRoot string) *Resolver {
-	return &Resolver{
+	r := &Resolver{
 		procRoot:       procRoot,
 		rereadInterval: defaultRereadInterval,
 		revalidate:     revalidateEvery,
@@ -82,6 +88,8 @@ func NewResolver(procRoot string) *Resolver {
 		gone:           newLRU[uint32, time.Time](maxProcesses),
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
 	}
+	r.elfs.onEvict = func(_ string, e *elfEntry) { r.elfBytes -= e.size }
+	return r
 }
 
 // Resolve symbolizes addrs for process pid (the thread group id). It never fails: frames that cannot be
@@ -235,7 +243,7 @@ func (r *Resolver) reload(p *process) error {
 	}
 	for _, m := range maps {
 		if old := findMapping(p.maps, m.start); old != nil && old.sameAs(m) {
-			m.loaded, m.obj = old.loaded, old.obj
+			m.loaded, m.key = old.loaded, old.key
 		}
 	}
 	p.maps, p.exe, p.loaded, p.lastRead = maps, exe, true, time.Now()
@@ -256,18 +264,30 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 	if !m.isFile() {
 		return f
 	}
-	if !m.loaded {
-		m.loaded = true
-		m.obj, _ = r.loadObject(p.pid, m) // a file without usable symbols just stays unresolved
+	var obj *elfObject
+	if m.loaded && m.key != "" {
+		r.mu.Lock()
+		if e, ok := r.elfs.get(m.key); ok && e.size > 0 {
+			obj = e.obj
+		}
+		r.mu.Unlock()
 	}
-	if m.obj == nil {
+	if obj == nil && (!m.loaded || m.key != "") {
+		m.loaded = true
+		// A file without usable symbols just stays unresolved.
+		obj, _ = r.loadObject(p.pid, m)
+		if obj == nil {
+			m.key = ""
+		}
+	}
+	if obj == nil {
 		return f
 	}
-	va, ok := m.obj.vaddr(addr-m.start+m.off, m.exec)
+	va, ok := obj.vaddr(addr-m.start+m.off, m.exec)
 	if !ok {
 		return f
 	}
-	sym, ok := m.obj.lookup(va)
+	sym, ok := obj.lookup(va)
 	if !ok {
 		return f
 	}
@@ -321,9 +341,31 @@ func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
 		e.obj, e.err = newELFObject(ef, id, symSrc)
 		if e.err != nil {
 			e.err = fmt.Errorf("symbols of %s: %w", m.name, e.err)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, cached := r.elfs.get(key); cached {
+			e.size = e.obj.size()
+			r.elfBytes += e.size
+			r.trimELFs(key)
 		}
 	})
+	m.key = key
 	return e.obj, e.err
+}
+
+// trimELFs evicts the least recently used parsed tables, other than
+// keep's, while the cache is over maxELFBytes. r.mu must be held.
+func (r *Resolver) trimELFs(keep string) {
+	for r.elfBytes > maxELFBytes {
+		k, e, ok := r.elfs.oldest()
+		if !ok || k == keep {
+			return
+		}
+		r.elfs.remove(k)
+		r.elfBytes -= e.size
+	}
 }
 
 // openMapped opens the file behind m. It prefers /proc/PID/map_files (exactly the mapped file, even
