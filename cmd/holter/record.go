@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -32,11 +33,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	budget := fs.String("budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)")
 	threshold := fs.Uint("threshold", 0, "sampling threshold t, a power of 2 (default 2^sketch.DefaultShift)")
 	cpuHz := fs.Int("cpu-hz", recorder.DefaultCPUHz, "cpu vital sampling frequency per CPU")
+	maxSamples := fs.Int("max-samples", recorder.DefaultMaxSamples,
+		"samples each vital may store per epoch; over it the rarest labels' go first, counted as capped (0: no cap)")
 	schedMin := fs.Duration("sched-min", recorder.DefaultSchedMin, "scheduling delay that counts as an event")
 	blckMin := fs.Duration("blck-min", recorder.DefaultBlckMin, "blocking time that counts as an event")
 	sf := addServeFlags(fs, "address of the web UI and its API (empty: neither; the CLI uses the socket in --data)")
 	queryTimeout := addQueryTimeout(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
+	memProfile := fs.String("memprofile", "", "write the recorder's live heap (pprof) to this file when it stops")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
 	retainSize := fs.String("retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound")
@@ -130,9 +134,17 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err := recorder.CheckPrivileges(); err != nil {
 		return err
 	}
-	// Keep the Go heap near what it holds live: the recorder runs for days
-	// beside the host's own work.
-	debug.SetMemoryLimit(128 << 20)
+	// The recorder is a guest for days beside the host's own work: the
+	// heap may grow to half again what it holds live (GOGC 50), and the
+	// memory limit is only a backstop far above that. A limit at or below
+	// the live heap makes the collector run back to back (it did at
+	// 128 MiB, with ~140 MB live on a host with churn).
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(goGC)
+	}
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok {
+		debug.SetMemoryLimit(goMemoryLimit)
+	}
 
 	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
 		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
@@ -158,7 +170,13 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if srvOpts.Sockets, err = sf.sockets(*data); err != nil {
 		return err
 	}
-	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz, Budget: budgetFrac,
+	if *maxSamples < 0 {
+		return usagef("--max-samples %d is negative", *maxSamples)
+	}
+	if *maxSamples == 0 {
+		*maxSamples = -1 // the recorder's "no cap"
+	}
+	cfg := recorder.Config{Epoch: *epoch, Vitals: vs, Shift: shift, CPUHz: *cpuHz, Budget: budgetFrac, MaxSamples: *maxSamples,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
 	if cfg.Host == "" {
 		cfg.Host = hostname()
@@ -265,7 +283,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		online = newOnline(st, *epoch, rec.Status, logf)
 		defer online.close()
 	}
-	return rec.Run(ctx, func(e *store.Epoch) error {
+	err = rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
 		if err := st.WriteEpoch(context.Background(), e); err != nil {
 			return err
@@ -294,11 +312,40 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			if v.Lost() > 0 {
 				part += fmt.Sprintf(" (lost %d)", v.Lost())
 			}
+			if v.Capped > 0 {
+				part += fmt.Sprintf(" (capped %d)", v.Capped)
+			}
 			parts = append(parts, part)
 		}
 		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
 		return nil
 	})
+	if *memProfile != "" {
+		// The heap the recorder held while it ran: the store, the
+		// symbol caches and the recorder are not closed yet.
+		err = errors.Join(err, writeHeapProfile(*memProfile))
+	}
+	return err
+}
+
+// goGC and goMemoryLimit are the Go heap's settings unless GOGC or
+// GOMEMLIMIT in the environment give others.
+const (
+	goGC          = 50
+	goMemoryLimit = 512 << 20
+)
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	return nil
 }
 
 func printRecording(w io.Writer, s recorder.Status, path string) {

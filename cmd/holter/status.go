@@ -73,7 +73,7 @@ func printStatus(w io.Writer, s *agentStatus) {
 		fmt.Fprintf(w, "samples dropped for arriving after their epoch closed: %d\n", s.LateSamples)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VITAL\tSTATE\tTHRESHOLD\tEVENTS\tSAMPLES\tLOST\tDETAIL")
+	fmt.Fprintln(tw, "VITAL\tSTATE\tTHRESHOLD\tEVENTS\tSAMPLES\tCAPPED\tLOST\tDETAIL")
 	for _, v := range s.Vitals {
 		detail := v.Trigger
 		if v.Reason != "" {
@@ -83,7 +83,7 @@ func printStatus(w io.Writer, s *agentStatus) {
 		if v.Threshold > 0 {
 			t = fmt.Sprint(v.Threshold)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", v.Name, v.State, t, v.Events, v.Samples, v.Lost, detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", v.Name, v.State, t, v.Events, v.Samples, v.Capped, v.Lost, detail)
 	}
 	tw.Flush()
 	var sketchBytes, otherBytes uint64

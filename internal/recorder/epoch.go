@@ -38,6 +38,7 @@ type epochState struct {
 	// and closing epochs, the user-space work the vitals' samples cause.
 	loopNs  int64
 	samples []store.Sample
+	cap     sampleCap
 	stacks  map[uint64]store.Stack
 	exes    map[string]store.Executable
 	result  *store.Epoch
@@ -50,6 +51,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 		bpfNs:     r.bpfRunTime(),
 		userNs:    userCPUTime(),
 		loopNs:    threadCPUTime(), // newEpoch runs on the epoch loop's thread
+		cap:       sampleCap{max: r.cfg.MaxSamples},
 		stacks:    map[uint64]store.Stack{},
 		exes:      map[string]store.Executable{},
 	}
@@ -101,6 +103,7 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		}
 	}
 
+	usedStacks(ep.samples, ep.stacks, ep.exes)
 	copyIdx := uint32(ep.gen & 1)
 	res := &store.Epoch{
 		Host: r.cfg.Host, Epoch: ep.number,
@@ -122,12 +125,14 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		if err != nil {
 			return nil, err
 		}
+		sv.Capped = ep.cap.dropped[v]
 		res.Vitals = append(res.Vitals, sv)
 		r.setVitalStatus(v, func(s *VitalStatus) {
 			s.Events += sv.Events
 			s.Samples += sv.Samples
 			s.Lost += sv.Lost()
 			s.NoStack += sv.NoStack
+			s.Capped += sv.Capped
 		})
 	}
 	samples, events := map[Vital]uint64{}, map[Vital]uint64{}
@@ -217,6 +222,9 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		return
 	}
 	v := Vital(s.Vital)
+	if !ep.cap.admit(v, uint64(s.Est)) {
+		return
+	}
 	out := store.Sample{
 		TsNs:      int64(s.Ts) + ep.taiToWall,
 		Vital:     v.String(),
@@ -239,7 +247,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	if n := frames(s.UstackBytes); n > 0 {
 		out.UStackID = ep.addStack(r.userStack(s.Pid, untilLoop(s.Ustack[:n])))
 	}
-	ep.samples = append(ep.samples, out)
+	ep.samples = ep.cap.added(v, append(ep.samples, out))
 }
 
 // untilLoop cuts a frame-pointer chain where it starts repeating one

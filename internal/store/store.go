@@ -57,8 +57,9 @@ const (
 	// QueueWait is how long a query waits for one of MaxQueries to end.
 	QueueWait = 2 * time.Second
 	// memoryLimit bounds DuckDB's buffers: the recorder is a guest on the
-	// host it watches.
-	memoryLimit = "256MB"
+	// host it watches. An epoch's commit needs a few MB; a query that needs
+	// more spills to the temp directory (MaxTempBytes) or fails.
+	memoryLimit = "128MB"
 )
 
 func (o *Options) withDefaults() Options {
@@ -417,6 +418,10 @@ type Vital struct {
 	// Secondary is a vital-specific total: pages freed for kmem, bytes
 	// received for sock.
 	Secondary uint64
+	// Capped is the samples taken that were not stored: over the
+	// recorder's cap on samples per epoch, they were dropped coarsest
+	// first (Samples counts them too).
+	Capped uint64
 }
 
 // Lost is what this vital missed in the epoch.
@@ -572,7 +577,7 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		err := appendRows(dconn, "vitals", len(e.Vitals), func(i int) []driver.Value {
 			v := e.Vitals[i]
 			return []driver.Value{e.Host, e.Epoch, v.Name, v.Events, v.WeightSum, v.Samples, v.DistinctLabels,
-				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary}
+				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary, v.Capped}
 		})
 		if err != nil {
 			return err
