@@ -73,6 +73,7 @@ for sc in $SCENARIOS; do
 	c2=$(cpu_ticks "$rec")
 	t2=$(date +%s.%N)
 	hwm=$(status_kb "$rec" VmHWM)
+	anon=$(status_kb "$rec" RssAnon) file=$(status_kb "$rec" RssFile)
 	stop_recorder
 	kill -- -"$wl" 2>/dev/null || true
 	sleep 1
@@ -86,9 +87,10 @@ for sc in $SCENARIOS; do
 		d = 86400 / s
 		printf "store: %d bytes beyond an empty store (%d); %.1f MB/day (resolution %.1f MB/day); %d samples stored, %.1f bytes a sample\n",
 			u - b, b, (u - b) * d / 1e6, bs * d / 1e6, n, n ? (u - b) / n : 0 }'
-	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" '{a[NR] = $1} END {
+	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" -v an="$anon" -v fi="$file" '{a[NR] = $1} END {
 		for (i = int(NR / 2) + 1; i <= NR; i++) { s += a[i]; k++ }
-		printf "RSS: steady %.1f MiB (mean of the second half), last %.1f MiB, peak %.1f MiB\n", s / k / 1024, a[NR] / 1024, h / 1024 }'
+		printf "RSS: steady %.1f MiB (mean of the second half), last %.1f MiB (anonymous %.1f, files %.1f), peak %.1f MiB\n",
+			s / k / 1024, a[NR] / 1024, an / 1024, fi / 1024, h / 1024 }'
 	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v n="$ncpu" -v tck="$tck" 'BEGIN {
 		printf "recorder CPU: %.3f%% of the machine (%d CPUs) over the run", 100 * (c2 - c0) / tck / ((t2 - t0) * n), n
 		if (c1 != "") printf ", %.3f%% after the first minute", 100 * (c2 - c1) / tck / ((t2 - t1) * n)

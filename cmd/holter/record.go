@@ -40,7 +40,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	sf := addServeFlags(fs, "address of the web UI and its API (empty: neither; the CLI uses the socket in --data)")
 	queryTimeout := addQueryTimeout(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
-	memProfile := fs.String("memprofile", "", "write the recorder's live heap (pprof) to this file when it stops")
+	memProfile := fs.String("memprofile", "", "write the recorder's live heap (pprof) to this file after each epoch's commit and when it stops")
 	retainRaw := fs.String("retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all")
 	retainRollups := fs.String("retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all")
 	retainSize := fs.String("retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound")
@@ -318,6 +318,11 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			parts = append(parts, part)
 		}
 		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
+		if *memProfile != "" {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				logf("%v", err)
+			}
+		}
 		return nil
 	})
 	if *memProfile != "" {

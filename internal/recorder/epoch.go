@@ -298,8 +298,17 @@ func (r *Recorder) exe(ep *epochState, pid uint32, ino uint64) string {
 	return path
 }
 
+// addStack keeps st for the epoch. Its frames' names are copied: the
+// symbol caches pack a file's names into one string, and a name kept
+// would keep all of them alive after the cache let the file go.
 func (ep *epochState) addStack(st store.Stack) uint64 {
-	ep.stacks[st.ID] = st
+	if _, ok := ep.stacks[st.ID]; !ok {
+		for i := range st.Frames {
+			st.Frames[i] = strings.Clone(st.Frames[i])
+			st.Modules[i] = strings.Clone(st.Modules[i])
+		}
+		ep.stacks[st.ID] = st
+	}
 	return st.ID
 }
 

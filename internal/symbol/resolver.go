@@ -94,7 +94,9 @@ func NewResolver(procRoot string) *Resolver {
 
 // Resolve symbolizes addrs for process pid (the thread group id). It never fails: frames that cannot be
 // resolved have an empty Func, and all frames of a process that no longer exists have neither Func nor
-// Module. The result has one Frame per address, in the same order.
+// Module. The result has one Frame per address, in the same order. A
+// Frame's Func shares memory with the cache's names of its file: a caller
+// that keeps it copies it (strings.Clone).
 func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
 	frames := make([]Frame, len(addrs))
 	for i, a := range addrs {
