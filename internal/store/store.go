@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -598,8 +600,9 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		if err != nil {
 			return err
 		}
+		order := storageOrder(e.Samples)
 		return appendRows(dconn, "samples", len(e.Samples), func(i int) []driver.Value {
-			sm := e.Samples[i]
+			sm := e.Samples[order[i]]
 			row := make([]driver.Value, 0, 14+len(SampleFields))
 			row = append(row, e.Host, e.Epoch, sm.TsNs, sm.Vital, sm.LabelHash, sm.Weight, sm.EstCount,
 				sm.Pid, sm.Tid, sm.Uid, sm.Comm, sm.Exe, nullID(sm.KStackID), nullID(sm.UStackID))
@@ -616,6 +619,23 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
 	return newStacks, newExes, nil
+}
+
+// storageOrder is the order an epoch's samples are stored in: by vital,
+// then label, then time. A run of one vital's rows shares its NULL field
+// columns and a label's its comm, exe, pid and stacks, which DuckDB's
+// column compression (RLE, dictionary, constant) then stores once per
+// run rather than once per row.
+func storageOrder(samples []Sample) []int {
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := &samples[a], &samples[b]
+		return cmp.Or(strings.Compare(x.Vital, y.Vital), cmp.Compare(x.LabelHash, y.LabelHash), cmp.Compare(x.TsNs, y.TsNs))
+	})
+	return order
 }
 
 func appendRows(conn driver.Conn, table string, n int, row func(int) []driver.Value) error {
