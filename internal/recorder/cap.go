@@ -4,10 +4,13 @@ import (
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// DefaultMaxSamples is the samples a vital may store per epoch at defaults:
-// with ten vitals, 1440 one-minute epochs a day and some 90 bytes a
-// sample stored (its stacks included), about 64 MB a day at most.
-const DefaultMaxSamples = 50
+// DefaultMaxSamples is the samples a vital may store per epoch at defaults.
+// Stored, a sample takes some 75 bytes and a new stack some 90
+// (bench/footprint.sh on hosts with churn): ten vitals at the cap for 1440
+// one-minute epochs a day is 43 MB of samples, and their new stacks, half
+// as many on those hosts, 26 MB more at most; not every vital is at the
+// cap, and stacks repeat over a day.
+const DefaultMaxSamples = 40
 
 // maxFloor is past every estimate the sketch gives (32-bit counters).
 const maxFloor = 1 << 32
@@ -30,6 +33,20 @@ type sampleCap struct {
 	floor   [numVitals]uint64
 	kept    [numVitals]int
 	dropped [numVitals]uint64
+}
+
+// carry starts the next epoch's cap from half of each floor this one
+// reached: a host with churn now likely has it next minute too, and the
+// samples below the floor are then dropped before they are symbolized
+// rather than after; a floor no longer needed halves away epoch by epoch.
+// The next epoch's floor only rises further if that one is over the cap
+// (so it may store fewer than max samples, never more).
+func (c *sampleCap) carry(next *sampleCap) {
+	for v, f := range c.floor {
+		if f >= 4 {
+			next.floor[v] = max(next.floor[v], f/2)
+		}
+	}
 }
 
 // admit tells whether a sample of vital v, taken at estimate est, may be

@@ -86,6 +86,18 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 			kept = c.added(v, append(kept, s))
 		}
 	}
+	// The next epoch starts from half the floors this one reached: a new
+	// label's first sample is dropped, and counted, before symbolizing.
+	var next sampleCap
+	next.max = max
+	c.carry(&next)
+	if next.floor[Kmem] != c.floor[Kmem]/2 || next.floor[Sched] != 0 {
+		t.Errorf("carried floors kmem %d, sched %d; want %d, 0", next.floor[Kmem], next.floor[Sched], c.floor[Kmem]/2)
+	}
+	if next.admit(Kmem, 1) || next.dropped[Kmem] != 1 || !next.admit(Sched, 1) {
+		t.Errorf("next epoch: kmem's estimate 1 admitted or not counted (%d), or sched's refused", next.dropped[Kmem])
+	}
+
 	exes := map[string]store.Executable{"/bin/x": {Path: "/bin/x"}, "/bin/unused": {Path: "/bin/unused"}}
 	usedStacks(kept, stacks, exes)
 

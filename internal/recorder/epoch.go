@@ -103,6 +103,7 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		}
 	}
 
+	ep.cap.carry(&next.cap)
 	usedStacks(ep.samples, ep.stacks, ep.exes)
 	copyIdx := uint32(ep.gen & 1)
 	res := &store.Epoch{

@@ -19,9 +19,11 @@ const (
 	maxProcesses = 1024
 	// maxELFFiles and maxELFBytes bound the cache of parsed ELF symbol
 	// tables, by files and by their estimated size: one Go binary with
-	// DuckDB linked in (holter, its tests) is some 12 MB of symbols.
+	// DuckDB linked in (holter, its tests) is some 12 MB of symbols, and
+	// at 24 MB a host running a few of them re-parsed them in turn (5.9 GB
+	// allocated in 100 s).
 	maxELFFiles = 64
-	maxELFBytes = 24 << 20
+	maxELFBytes = 48 << 20
 	// defaultRereadInterval is the minimum time between two re-reads of the maps of one process
 	// triggered by unmapped addresses. It keeps garbage frames (common with frame-pointer unwinding
 	// through code built without frame pointers) from re-reading the maps on every stack.
