@@ -244,7 +244,7 @@ func TestQueryAndStatus(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"cpu", "recording", "l2", "unsupported", "no hardware PMU", "THRESHOLD", "LOST"} {
+	for _, want := range []string{"cpu", "recording", "l2", "unsupported", "no hardware PMU", "THRESHOLD", "CAPPED", "LOST"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -325,6 +325,7 @@ func TestRecordErrors(t *testing.T) {
 		{name: "unknown vital", args: []string{"record", "--vitals", "cpu,heart"}, code: 2, want: `unknown vital "heart"`},
 		{name: "bad threshold", args: []string{"record", "--threshold", "3"}, code: 2, want: "not a power of 2"},
 		{name: "short epoch", args: []string{"record", "--epoch", "100ms"}, code: 2, want: `--epoch: "100ms" is not a duration in [1s, 24h]`},
+		{name: "negative cap", args: []string{"record", "--max-samples", "-1"}, code: 2, want: `--max-samples: "-1" is not a whole number in [0, 16777216]`},
 		{name: "bad retention", args: []string{"record", "--retain-raw", "a week"}, code: 2, want: "--retain-raw"},
 		{name: "bad size limit", args: []string{"record", "--retain-size", "lots"}, code: 2, want: `--retain-size: "lots" is not 0 (no bound) or a size in [1MiB, 1PiB]`},
 		{name: "unknown command", args: []string{"recrod"}, code: 2, want: `unknown command "recrod"`},

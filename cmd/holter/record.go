@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -32,11 +33,14 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	budget := valueFlag(fs, "budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)", percentOrOff)
 	threshold := valueFlag(fs, "threshold", "0", "sampling threshold t, a power of 2 (0: 2^sketch.DefaultShift)", powerOfTwoIn(2, 1<<16))
 	cpuHz := valueFlag(fs, "cpu-hz", strconv.Itoa(recorder.DefaultCPUHz), "cpu vital sampling frequency per CPU", countIn(1, 10000))
+	maxSamples := valueFlag(fs, "max-samples", strconv.Itoa(recorder.DefaultMaxSamples),
+		"samples each vital may store per epoch; over it the rarest labels' go first, counted as capped (0: no cap)", countIn(0, 1<<24))
 	schedMin := valueFlag(fs, "sched-min", formatDuration(recorder.DefaultSchedMin), "scheduling delay that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
 	blckMin := valueFlag(fs, "blck-min", formatDuration(recorder.DefaultBlckMin), "blocking time that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
 	sf := addServeFlags(fs, "address of the web UI and its API (empty: neither; the CLI uses the socket in --data)")
 	queryTimeout := addQueryTimeout(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write the recorder's own CPU profile (pprof) to this file")
+	memProfile := fs.String("memprofile", "", "write the recorder's live heap (pprof) to this file after each epoch's commit and when it stops")
 	retainRaw := valueFlag(fs, "retain-raw", "7d", "keep raw epochs (vitals, samples) this long; 0 keeps them all", ageIn(maxAge))
 	retainRollups := valueFlag(fs, "retain-rollups", "400d", "keep the 5m/1h/1d rollups this long; 0 keeps them all", ageIn(maxAge))
 	retainSize := valueFlag(fs, "retain-size", "10GiB", "bound the store's data (e.g. 500MB, 10GiB); over it the oldest raw epochs go first; 0: no bound", sizeIn(1<<20, 1<<50, "no bound"))
@@ -96,9 +100,17 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err := recorder.CheckPrivileges(); err != nil {
 		return err
 	}
-	// Keep the Go heap near what it holds live: the recorder runs for days
-	// beside the host's own work.
-	debug.SetMemoryLimit(128 << 20)
+	// The recorder is a guest for days beside the host's own work: the
+	// heap may grow to half again what it holds live (GOGC 50), and the
+	// memory limit is only a backstop far above that. A limit at or below
+	// the live heap makes the collector run back to back (it did at
+	// 128 MiB, with ~140 MB live on a host with churn).
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(goGC)
+	}
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok {
+		debug.SetMemoryLimit(goMemoryLimit)
+	}
 
 	if info, ok := readAgentInfo(*data); ok && info.Pid != os.Getpid() {
 		return fmt.Errorf("a recorder (pid %d, API %s) is already recording into %s", info.Pid, info.API, *data)
@@ -124,7 +136,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if srvOpts.Sockets, err = sf.sockets(*data); err != nil {
 		return err
 	}
-	cfg := recorder.Config{Epoch: *epoch, Vitals: *vitals, Shift: shift, CPUHz: *cpuHz, Budget: *budget,
+	if *maxSamples == 0 {
+		*maxSamples = -1 // the recorder's "no cap"
+	}
+	cfg := recorder.Config{Epoch: *epoch, Vitals: *vitals, Shift: shift, CPUHz: *cpuHz, Budget: *budget, MaxSamples: *maxSamples,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
 	if cfg.Host == "" {
 		cfg.Host = hostname()
@@ -232,7 +247,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		online = newOnline(st, *epoch, rec.Status, logf)
 		defer online.close()
 	}
-	return rec.Run(ctx, func(e *store.Epoch) error {
+	err = rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
 		if err := st.WriteEpoch(context.Background(), e); err != nil {
 			return err
@@ -261,11 +276,45 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			if v.Lost() > 0 {
 				part += fmt.Sprintf(" (lost %d)", v.Lost())
 			}
+			if v.Capped > 0 {
+				part += fmt.Sprintf(" (capped %d)", v.Capped)
+			}
 			parts = append(parts, part)
 		}
 		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
+		if *memProfile != "" {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				logf("%v", err)
+			}
+		}
 		return nil
 	})
+	if *memProfile != "" {
+		// The heap the recorder held while it ran: the store, the
+		// symbol caches and the recorder are not closed yet.
+		err = errors.Join(err, writeHeapProfile(*memProfile))
+	}
+	return err
+}
+
+// goGC and goMemoryLimit are the Go heap's settings unless GOGC or
+// GOMEMLIMIT in the environment give others.
+const (
+	goGC          = 50
+	goMemoryLimit = 512 << 20
+)
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	return nil
 }
 
 func printRecording(w io.Writer, s recorder.Status, path string) {

@@ -94,7 +94,7 @@ func printStatus(w io.Writer, s *agentStatus) {
 			}
 		}
 	}
-	fmt.Fprintln(tw, "VITAL\tSTATE\tTHRESHOLD\tEVENTS\tSAMPLES\tLOST\tDETAIL")
+	fmt.Fprintln(tw, "VITAL\tSTATE\tTHRESHOLD\tEVENTS\tSAMPLES\tCAPPED\tLOST\tDETAIL")
 	for _, v := range s.Vitals {
 		detail := v.Trigger
 		if v.Reason != "" {
@@ -104,7 +104,7 @@ func printStatus(w io.Writer, s *agentStatus) {
 		if v.Threshold > 0 {
 			t = fmt.Sprint(v.Threshold)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", v.Name, v.State, t, v.Events, v.Samples, v.Lost, detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", v.Name, v.State, t, v.Events, v.Samples, v.Capped, v.Lost, detail)
 	}
 	tw.Flush()
 	var sketchBytes, otherBytes uint64

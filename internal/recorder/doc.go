@@ -10,5 +10,7 @@
 // generation — which makes the BPF side switch to the other copy of every
 // HCA and total — drains the sample ring buffer, reads and clears the
 // finished copy, symbolizes the samples and hands the epoch to a sink (the
-// store) that commits it as one transaction.
+// store) that commits it as one transaction. Each vital keeps at most
+// Config.MaxSamples samples an epoch (cap.go): over it, those taken at the
+// lowest estimates are dropped, before they are symbolized, and counted.
 package recorder

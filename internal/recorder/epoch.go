@@ -35,6 +35,7 @@ type epochState struct {
 	taiToWall int64
 	userNs    int64
 	samples   []store.Sample
+	cap       sampleCap
 	// unresolved are samples to symbolize again when the epoch closes.
 	unresolved []unresolved
 	stacks     map[uint64]store.Stack
@@ -47,6 +48,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 		gen: gen, number: number, start: start,
 		taiToWall: clock.TAIToWall(),
 		userNs:    userCPUTime(),
+		cap:       sampleCap{max: r.cfg.MaxSamples},
 		stacks:    map[uint64]store.Stack{},
 		exes:      map[string]store.Executable{},
 	}
@@ -95,7 +97,9 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		r.consume(ep, rec.RawSample)
 	}
 
+	ep.cap.carry(&next.cap)
 	r.resolveLate(ep)
+	usedStacks(ep.samples, ep.stacks, ep.exes)
 	copyIdx := uint32(ep.gen & 1)
 	res := &store.Epoch{
 		Host: r.cfg.Host, Epoch: ep.number,
@@ -118,12 +122,14 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		}
 		r.budget.done[v] = r.budget.done[v].add(c)
 		res.MonitorBPFNs += int64(c.runs) * int64(r.runPrice(v)+r.clock.windowCost())
+		sv.Capped = ep.cap.dropped[v]
 		res.Vitals = append(res.Vitals, sv)
 		r.setVitalStatus(v, func(s *VitalStatus) {
 			s.Events += sv.Events
 			s.Samples += sv.Samples
 			s.Lost += sv.Lost()
 			s.NoStack += sv.NoStack
+			s.Capped += sv.Capped
 		})
 	}
 	for _, st := range ep.stacks {
@@ -210,6 +216,9 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	v := Vital(s.Vital)
 	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
+	if !ep.cap.admit(v, uint64(s.Est)) {
+		return
+	}
 	out := store.Sample{
 		TsNs:      int64(s.Ts) + ep.taiToWall,
 		Vital:     v.String(),
@@ -233,32 +242,62 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		addrs := untilLoop(s.Stack[nk : nk+nu])
 		out.UStackID = ep.addStack(makeStack("user", r.procs.ResolveImage(s.Pid, img, addrs)))
 		if out.Exe == "[exited]" && img.Ino != 0 {
-			ep.unresolved = append(ep.unresolved, unresolved{len(ep.samples), s.Pid, img, slices.Clone(addrs)})
+			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs)})
 		}
 	}
-	ep.samples = append(ep.samples, out)
+	ep.samples = ep.cap.added(v, append(ep.samples, out))
 }
 
 // unresolved is a sample of a process that was gone when it was read,
 // before any process of its program was seen: resolveLate tries it again
 // when the epoch closes.
 type unresolved struct {
-	sample int
+	sample sampleKey
 	pid    uint32
 	img    symbol.Image
 	addrs  []uint64
+}
+
+// sampleKey tells an epoch's samples apart: the cap may have moved or
+// dropped one since it was taken.
+type sampleKey struct {
+	ts       int64
+	tid      uint32
+	label    uint64
+	vital    string
+	estCount uint64
+}
+
+func sampleKeyOf(s *store.Sample) sampleKey {
+	return sampleKey{s.TsNs, s.Tid, s.LabelHash, s.Vital, s.EstCount}
 }
 
 // resolveLate symbolizes the epoch's unresolved samples by the processes
 // of their programs seen since (a burst of short-lived processes often has
 // one that lives long enough to be read).
 func (r *Recorder) resolveLate(ep *epochState) {
+	if len(ep.unresolved) == 0 {
+		return
+	}
+	at := make(map[sampleKey]int, len(ep.unresolved))
 	for _, u := range ep.unresolved {
+		at[u.sample] = -1
+	}
+	for i := range ep.samples {
+		if k := sampleKeyOf(&ep.samples[i]); at[k] == -1 {
+			at[k] = i
+		}
+	}
+	for _, u := range ep.unresolved {
+		i, ok := at[u.sample]
+		if !ok || i < 0 {
+			continue // the cap dropped it
+		}
 		exe := r.exe(ep, u.pid, u.img)
 		if exe == "[exited]" {
 			continue
 		}
-		s := &ep.samples[u.sample]
+		s := &ep.samples[i]
 		s.Exe = exe
 		s.UStackID = ep.addStack(makeStack("user", r.procs.ResolveImage(u.pid, u.img, u.addrs)))
 	}
@@ -313,8 +352,17 @@ func (r *Recorder) exe(ep *epochState, pid uint32, img symbol.Image) string {
 	return path
 }
 
+// addStack keeps st for the epoch. Its frames' names are copied: the
+// symbol caches pack a file's names into one string, and a name kept
+// would keep all of them alive after the cache let the file go.
 func (ep *epochState) addStack(st store.Stack) uint64 {
-	ep.stacks[st.ID] = st
+	if _, ok := ep.stacks[st.ID]; !ok {
+		for i := range st.Frames {
+			st.Frames[i] = strings.Clone(st.Frames[i])
+			st.Modules[i] = strings.Clone(st.Modules[i])
+		}
+		ep.stacks[st.ID] = st
+	}
 	return st.ID
 }
 

@@ -35,6 +35,9 @@ type Config struct {
 	// Budget is the share of the machine (all CPUs) the monitor may use;
 	// 0 means DefaultBudget and a negative value turns the budget off.
 	Budget float64
+	// MaxSamples is what each vital may store per epoch (see sampleCap);
+	// 0 means DefaultMaxSamples and a negative value turns the cap off.
+	MaxSamples int
 	// CPUHz is the cpu vital's sampling frequency per CPU.
 	CPUHz int
 	// SchedMin and BlckMin are the delays that qualify as an event.
@@ -81,6 +84,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Shift > 16 {
 		return fmt.Errorf("threshold 2^%d is too large (at most 2^16)", c.Shift)
+	}
+	if c.MaxSamples == 0 {
+		c.MaxSamples = DefaultMaxSamples
 	}
 	if c.CPUHz == 0 {
 		c.CPUHz = DefaultCPUHz
@@ -132,6 +138,9 @@ type VitalStatus struct {
 	// the store could not take them.
 	UnstoredEvents  uint64 `json:"unstored_events"`
 	UnstoredSamples uint64 `json:"unstored_samples"`
+	// Capped is the samples the kernel took that the cap on samples per
+	// epoch did not store (see Config.MaxSamples).
+	Capped uint64 `json:"capped"`
 }
 
 // Status is a snapshot of the recorder.

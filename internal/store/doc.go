@@ -43,7 +43,7 @@
 // answer says it was cut (Truncated). Rows are read one at a time
 // (Rows.EncodeResult writes them to an HTTP client as they come).
 //
-// What bounds a query's memory is DuckDB's memory limit, 256 MB for the
+// What bounds a query's memory is DuckDB's memory limit, 128 MB for the
 // whole database (DuckDB has no limit per connection), the bounded temp
 // directory beyond it, and the answer's byte budget; an operator that
 // needs more fails the query with an out-of-memory error. What DuckDB

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -62,8 +63,9 @@ const (
 	// QueueWait is how long a query waits for one of MaxQueries to end.
 	QueueWait = 2 * time.Second
 	// memoryLimit bounds DuckDB's buffers: the recorder is a guest on the
-	// host it watches.
-	memoryLimit = "256MB"
+	// host it watches. An epoch's commit needs a few MB; a query that needs
+	// more spills to the temp directory (MaxTempBytes) or fails.
+	memoryLimit = "128MB"
 )
 
 func (o *Options) withDefaults() Options {
@@ -478,6 +480,10 @@ type Vital struct {
 	// Secondary is a vital-specific total: pages freed for kmem, bytes
 	// received for sock.
 	Secondary uint64
+	// Capped is the samples taken that were not stored: over the
+	// recorder's cap on samples per epoch, they were dropped coarsest
+	// first (Samples counts them too).
+	Capped uint64
 }
 
 // Lost is what this vital missed in the epoch.
@@ -647,7 +653,7 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		err := appendRows(dconn, "vitals", len(e.Vitals), func(i int) []driver.Value {
 			v := e.Vitals[i]
 			return []driver.Value{e.Host, e.Epoch, v.Name, v.Events, v.WeightSum, v.Samples, v.DistinctLabels,
-				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary}
+				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary, v.Capped}
 		})
 		if err != nil {
 			return err
@@ -668,8 +674,9 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		if err != nil {
 			return err
 		}
+		order := storageOrder(e.Samples)
 		return appendRows(dconn, "samples", len(e.Samples), func(i int) []driver.Value {
-			sm := e.Samples[i]
+			sm := e.Samples[order[i]]
 			row := make([]driver.Value, 0, 14+len(SampleFields))
 			row = append(row, e.Host, e.Epoch, sm.TsNs, sm.Vital, sm.LabelHash, sm.Weight, sm.EstCount,
 				sm.Pid, sm.Tid, sm.Uid, sm.Comm, sm.Exe, nullID(sm.KStackID), nullID(sm.UStackID))
@@ -686,6 +693,23 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
 	}
 	return newStacks, newExes, nil
+}
+
+// storageOrder is the order an epoch's samples are stored in: by vital,
+// then label, then time. A run of one vital's rows shares its NULL field
+// columns and a label's its comm, exe, pid and stacks, which DuckDB's
+// column compression (RLE, dictionary, constant) then stores once per
+// run rather than once per row.
+func storageOrder(samples []Sample) []int {
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := &samples[a], &samples[b]
+		return cmp.Or(strings.Compare(x.Vital, y.Vital), cmp.Compare(x.LabelHash, y.LabelHash), cmp.Compare(x.TsNs, y.TsNs))
+	})
+	return order
 }
 
 func appendRows(conn driver.Conn, table string, n int, row func(int) []driver.Value) error {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"unsafe"
 )
 
 // ErrNoBuildID is returned by BuildID for ELF files without a GNU build id note.
@@ -214,6 +215,7 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 		o.syms = append(o.syms, elfSym{start: c.start, name: c.name})
 		sizes = append(sizes, c.size)
 	}
+	packNames(len(o.syms), func(i int) *string { return &o.syms[i].name })
 	for i := range o.syms {
 		s := &o.syms[i]
 		switch {
@@ -228,6 +230,15 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 	return o, nil
 }
 
+// size estimates the bytes o holds.
+func (o *elfObject) size() int {
+	n := len(o.buildID) + len(o.segs)*int(unsafe.Sizeof(loadSeg{})) + len(o.syms)*int(unsafe.Sizeof(elfSym{}))
+	for _, s := range o.syms {
+		n += len(s.name)
+	}
+	return n
+}
+
 // segEnd returns the end of the memory image of the segment containing va, or va+1 if none does.
 func (o *elfObject) segEnd(va uint64) uint64 {
 	for _, s := range o.segs {
@@ -236,6 +247,28 @@ func (o *elfObject) segEnd(va uint64) uint64 {
 		}
 	}
 	return va + 1
+}
+
+// packNames copies the n strings name(i) points at into one allocation
+// and points them into it: a symbol table's names cost their bytes, not an
+// allocation each, nor whatever larger string they were cut from.
+func packNames(n int, name func(i int) *string) {
+	size := 0
+	for i := range n {
+		size += len(*name(i))
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for i := range n {
+		b.WriteString(*name(i))
+	}
+	all, off := b.String(), 0
+	for i := range n {
+		p := name(i)
+		l := len(*p)
+		*p = all[off : off+l]
+		off += l
+	}
 }
 
 func isFunc(s elf.Symbol) bool {

@@ -34,7 +34,7 @@ type ksym struct {
 	name   string
 	module string
 	text   bool
-	rank   int // preference among symbols sharing an address; lower wins
+	rank   int8 // preference among symbols sharing an address; lower wins
 }
 
 // LoadKernel reads and indexes a kallsyms file.
@@ -112,6 +112,15 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 			}
 		}
 	}
+	// Only text symbols are ever returned; the others only end them. The
+	// names kept are copied into one string, so the lines read (a symbol's
+	// name was a slice of its line) and the data symbols' names go.
+	for i := range syms {
+		if !syms[i].text {
+			syms[i].name = ""
+		}
+	}
+	packNames(len(syms), func(i int) *string { return &syms[i].name })
 	return &Kernel{syms: syms}, nil
 }
 

@@ -8,6 +8,8 @@ type lru[K comparable, V any] struct {
 	max   int
 	order *list.List // front = most recently used; elements hold *lruItem[K, V]
 	items map[K]*list.Element
+	// onEvict, when set, is told of each entry add evicts.
+	onEvict func(K, V)
 }
 
 type lruItem[K comparable, V any] struct {
@@ -40,8 +42,24 @@ func (c *lru[K, V]) add(k K, v V) {
 	for c.max > 0 && c.order.Len() > c.max {
 		last := c.order.Back()
 		c.order.Remove(last)
-		delete(c.items, last.Value.(*lruItem[K, V]).key)
+		it := last.Value.(*lruItem[K, V])
+		delete(c.items, it.key)
+		if c.onEvict != nil {
+			c.onEvict(it.key, it.val)
+		}
 	}
+}
+
+// oldest is the least recently used entry.
+func (c *lru[K, V]) oldest() (K, V, bool) {
+	e := c.order.Back()
+	if e == nil {
+		var k K
+		var v V
+		return k, v, false
+	}
+	it := e.Value.(*lruItem[K, V])
+	return it.key, it.val, true
 }
 
 func (c *lru[K, V]) remove(k K) {

@@ -22,9 +22,12 @@ type mapping struct {
 	name            string // file path without " (deleted)", pseudo name such as "[vdso]", or "" for anonymous memory
 	deleted         bool
 
-	// Lazily filled by the resolver under the owning process lock.
+	// Lazily filled by the resolver under the owning process lock: the
+	// ELF cache's key for the file ("" when it has no usable symbols).
+	// The mapping holds the key, not the symbols, so that the processes
+	// cached do not keep alive what the ELF cache let go.
 	loaded bool
-	obj    *elfObject
+	key    string
 }
 
 // isFile reports whether the mapping is backed by a regular file that may hold symbols.

@@ -17,9 +17,13 @@ import (
 const (
 	// maxProcesses bounds the per-process cache of parsed memory maps.
 	maxProcesses = 1024
-	// maxELFFiles bounds the cache of parsed ELF symbol tables, and that of
-	// the mapped files they were read from.
+	// maxELFFiles and maxELFBytes bound the cache of parsed ELF symbol
+	// tables, by files and by their estimated size: one Go binary with
+	// DuckDB linked in (holter, its tests) is some 12 MB of symbols, and
+	// at 24 MB a host running a few of them re-parsed them in turn (5.9 GB
+	// allocated in 100 s). maxELFFiles also bounds the mapped files known.
 	maxELFFiles = 64
+	maxELFBytes = 48 << 20
 	// maxImages bounds the executables whose last process's layout is kept
 	// to symbolize processes of theirs that are gone (ResolveImage).
 	maxImages = 256
@@ -50,15 +54,18 @@ type Resolver struct {
 	// open /proc/PID/stat), which short-lived processes made many.
 	gone *lru[uint32, time.Time]
 	elfs *lru[string, *elfEntry]
-	// files are the symbol tables of mapped files by the file's identity in
-	// the maps (device, inode, path, deleted or not): a new process mapping
-	// a file seen before is symbolized without opening it. A file rewritten
-	// in place, which keeps its inode, keeps its old symbols until it
-	// leaves the cache.
-	files *lru[fileKey, *elfObject]
+	// files are the ELF cache's keys of mapped files by the file's identity
+	// in the maps (device, inode, path, deleted or not; "" for a file
+	// without usable symbols): a new process mapping a file seen before is
+	// symbolized without opening it, while the ELF cache still holds its
+	// table. A file rewritten in place, which keeps its inode, keeps its
+	// old symbols until it leaves the cache.
+	files *lru[fileKey, string]
 	// images are, per executable, the last process of it resolved while it
 	// existed, with its layout (ResolveImage).
 	images *lru[imageKey, *image]
+	// elfBytes is the estimated size of the ELF cache's parsed tables.
+	elfBytes int
 
 	// parses counts ELF symbol tables parsed, opens the mapped files opened;
 	// tests use them to check the caches.
@@ -101,25 +108,30 @@ type elfEntry struct {
 	once sync.Once
 	obj  *elfObject
 	err  error
+	size int // the estimated bytes of obj; guarded by Resolver.mu
 }
 
 // NewResolver returns a Resolver reading process information below procRoot (normally "/proc").
 func NewResolver(procRoot string) *Resolver {
-	return &Resolver{
+	r := &Resolver{
 		procRoot:       procRoot,
 		rereadInterval: defaultRereadInterval,
 		revalidate:     revalidateEvery,
 		procs:          newLRU[uint32, *process](maxProcesses),
 		gone:           newLRU[uint32, time.Time](maxProcesses),
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
-		files:          newLRU[fileKey, *elfObject](maxELFFiles),
+		files:          newLRU[fileKey, string](maxELFFiles),
 		images:         newLRU[imageKey, *image](maxImages),
 	}
+	r.elfs.onEvict = func(_ string, e *elfEntry) { r.elfBytes -= e.size }
+	return r
 }
 
 // Resolve symbolizes addrs for process pid (the thread group id). It never fails: frames that cannot be
 // resolved have an empty Func, and all frames of a process that no longer exists have neither Func nor
-// Module. The result has one Frame per address, in the same order.
+// Module. The result has one Frame per address, in the same order. A
+// Frame's Func shares memory with the cache's names of its file: a caller
+// that keeps it copies it (strings.Clone).
 func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
 	frames, _ := r.resolveLive(pid, addrs)
 	return frames
@@ -342,7 +354,7 @@ func (r *Resolver) reload(p *process) error {
 	}
 	for _, m := range maps {
 		if old := findMapping(p.maps, m.start); old != nil && old.sameAs(m) {
-			m.loaded, m.obj = old.loaded, old.obj
+			m.loaded, m.key = old.loaded, old.key
 		}
 	}
 	p.maps, p.exe, p.loaded, p.lastRead = maps, exe, true, time.Now()
@@ -363,28 +375,42 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 	if !m.isFile() {
 		return f
 	}
-	if !m.loaded {
+	var obj *elfObject
+	if m.loaded && m.key != "" {
+		obj = r.cachedObject(m.key)
+	}
+	if obj == nil && (!m.loaded || m.key != "") {
 		m.loaded = true
 		fk := fileKey{m.dev, m.inode, m.name, m.deleted}
 		r.mu.Lock()
-		obj, ok := r.files.get(fk)
+		key, known := r.files.get(fk)
 		r.mu.Unlock()
-		if !ok {
-			obj, _ = r.loadObject(p.pid, m) // a file without usable symbols just stays unresolved
+		switch {
+		case known && key == "":
+			// A file without usable symbols just stays unresolved.
+		case known:
+			if obj = r.cachedObject(key); obj != nil {
+				m.key = key
+				break
+			}
+			fallthrough
+		default:
+			if obj, _ = r.loadObject(p.pid, m); obj == nil {
+				m.key = ""
+			}
 			r.mu.Lock()
-			r.files.add(fk, obj)
+			r.files.add(fk, m.key)
 			r.mu.Unlock()
 		}
-		m.obj = obj
 	}
-	if m.obj == nil {
+	if obj == nil {
 		return f
 	}
-	va, ok := m.obj.vaddr(addr-m.start+m.off, m.exec)
+	va, ok := obj.vaddr(addr-m.start+m.off, m.exec)
 	if !ok {
 		return f
 	}
-	sym, ok := m.obj.lookup(va)
+	sym, ok := obj.lookup(va)
 	if !ok {
 		return f
 	}
@@ -439,9 +465,31 @@ func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
 		e.obj, e.err = newELFObject(ef, id, symSrc)
 		if e.err != nil {
 			e.err = fmt.Errorf("symbols of %s: %w", m.name, e.err)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, cached := r.elfs.get(key); cached {
+			e.size = e.obj.size()
+			r.elfBytes += e.size
+			r.trimELFs(key)
 		}
 	})
+	m.key = key
 	return e.obj, e.err
+}
+
+// trimELFs evicts the least recently used parsed tables, other than
+// keep's, while the cache is over maxELFBytes. r.mu must be held.
+func (r *Resolver) trimELFs(keep string) {
+	for r.elfBytes > maxELFBytes {
+		k, e, ok := r.elfs.oldest()
+		if !ok || k == keep {
+			return
+		}
+		r.elfs.remove(k)
+		r.elfBytes -= e.size
+	}
 }
 
 // openMapped opens the file behind m. It prefers /proc/PID/map_files (exactly the mapped file, even
@@ -495,4 +543,14 @@ func (r *Resolver) openDebugFile(pid uint32, id string) (*os.File, *elf.File) {
 		return f, ef
 	}
 	return nil, nil
+}
+
+// cachedObject is the ELF cache's parsed table under key, if it holds it.
+func (r *Resolver) cachedObject(key string) *elfObject {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.elfs.get(key); ok && e.size > 0 {
+		return e.obj
+	}
+	return nil
 }
