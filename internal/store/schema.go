@@ -4,7 +4,7 @@ import "fmt"
 
 // schemaVersion is bumped with every change to schema; migrations bring an
 // older file up to date in Open.
-const schemaVersion = 5
+const schemaVersion = 6
 
 // schema creates the tables of an empty store. Times are UTC nanoseconds.
 // The samples table has one sparse column per event field; a column that
@@ -68,6 +68,8 @@ var schema = []string{
 	// version 5: the processes of a run; none, not NULL, for the runs
 	// added before (ClickHouse 18.16 has no nullable arrays to ship to)
 	`ALTER TABLE runs ADD COLUMN IF NOT EXISTS pids UINTEGER[] DEFAULT []`,
+	// version 6: the ranges the online analysis has judged (diagnosis.go)
+	analysedDDL,
 }
 
 // Column is one vital-specific column of the samples table.
