@@ -18,6 +18,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/export"
+	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
@@ -238,10 +239,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time
-	var online *online
+	var online *incident.Online
 	if *analyse {
-		online = newOnline(st, *epoch, rec.Status, logf)
-		defer online.close()
+		online = incident.NewOnline(st, *epoch, func() map[string]string { return unavailableVitals(rec.Status()) }, logf)
+		defer online.Close()
 	}
 	return rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
@@ -250,7 +251,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 		wrote := time.Since(began)
 		if online != nil {
-			online.afterEpoch(e)
+			online.Committed(e)
 		}
 		if exporter != nil {
 			if err := exporter.Committed(context.Background(), e.Epoch); err != nil {
@@ -277,6 +278,18 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
 		return nil
 	})
+}
+
+// unavailableVitals are the recorder's reasons for the vitals it does not
+// record, by name.
+func unavailableVitals(s recorder.Status) map[string]string {
+	m := map[string]string{}
+	for _, v := range s.Vitals {
+		if v.State != "recording" && v.Reason != "" {
+			m[v.Name] = v.State + ": " + v.Reason
+		}
+	}
+	return m
 }
 
 func printRecording(w io.Writer, s recorder.Status, path string) {
