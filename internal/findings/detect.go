@@ -190,7 +190,9 @@ func (t *runs[R]) close() {
 	clear(t.open)
 }
 
-// signalStorm finds a process sending signals at a high rate. Severity:
+// signalStorm finds a process sending signals to other processes at a high
+// rate (a runtime signalling its own threads, as Go preempts goroutines
+// with SIGURG a hundred times a second, is not a storm). Severity:
 // the share of the machine's CPU the sender and its receivers demand (the
 // CPU they used and the time they waited for more), which is what a storm
 // of signals costs.
@@ -198,33 +200,35 @@ func signalStorm(w *Window, l Levels) []Finding {
 	var out []Finding
 	for i := w.ReportFrom; i < len(w.Intervals); i++ {
 		for _, p := range w.Profiles(i) {
-			if p.Signals < l.SignalStorm {
+			sent := p.Signals - p.Targets[p.Pid]
+			if sent < l.SignalStorm {
 				continue
 			}
 			cpu := p.CPU + p.Sched
 			var targets []string
 			for t, n := range p.Targets {
-				if t != p.Pid {
-					if q := w.Profile(i, t); q != nil {
-						cpu += q.CPU + q.Sched
-					}
+				if t == p.Pid {
+					continue
 				}
-				if n >= 0.1*p.Signals {
+				if q := w.Profile(i, t); q != nil {
+					cpu += q.CPU + q.Sched
+				}
+				if n >= 0.1*sent {
 					targets = append(targets, fmt.Sprint(t))
 				}
 			}
 			sort.Strings(targets)
 			share := cpu / float64(max(w.CPUs, 1))
-			f := procFinding(w, p, share, p.Signals, ResourceSignal, "", "signal", "cpu")
+			f := procFinding(w, p, share, sent, ResourceSignal, "", "signal", "cpu")
 			f.Culprit = w.culprit(p.Pid, i, i, nil, "signal")
 			where := ""
 			if f.Culprit != nil && f.Culprit.Function != "" {
 				where = " from " + f.Culprit.Function
 			}
 			f.Summary = fmt.Sprintf("%s sends %.0f signals/s%s to pid %s; sender and receivers demand %.2f CPUs",
-				procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), p.Signals, where, strings.Join(targets, ", "), cpu)
+				procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), sent, where, strings.Join(targets, ", "), cpu)
 			f.Evidence = []Evidence{
-				{Name: "signals sent", Value: p.Signals, Against: l.SignalStorm, Relation: ">=", Unit: "signals/s", Interval: i},
+				{Name: "signals sent to others", Value: sent, Against: l.SignalStorm, Relation: ">=", Unit: "signals/s", Interval: i},
 				{Name: "cpu of sender and receivers", Value: cpu, Relation: "costs", Unit: "CPUs", Interval: i}}
 			out = append(out, f)
 		}

@@ -173,6 +173,10 @@ func IsMonitor(comm, exe string) bool {
 	return comm == "holter" || exe != "" && filepath.Base(exe) == "holter"
 }
 
+// KernelThread says whether a process with this executable is a kernel
+// thread (the recorder names their executable "[kernel]").
+func KernelThread(exe string) bool { return exe == "" || exe == "[kernel]" }
+
 // Concentration is the share of a process's user-space CPU time spent in
 // its n heaviest functions.
 func (p *Profile) Concentration(n int) float64 {

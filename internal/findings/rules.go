@@ -312,7 +312,7 @@ func blockingMirrored(w *Window, l Levels) []Finding {
 	var out []Finding
 	for i := w.ReportFrom; i < len(w.Intervals); i++ {
 		for _, p := range w.Profiles(i) {
-			if p.Exe == "" {
+			if KernelThread(p.Exe) {
 				continue
 			}
 			for _, c := range []Wait{WaitDisk, WaitSocket, WaitLock, WaitMemory} {
@@ -397,7 +397,7 @@ func heldFromScheduling(w *Window, l Levels) []Finding {
 		}
 		for _, p := range w.Profiles(i) {
 			share := p.Woken / (p.Woken + p.CPU)
-			if p.Woken < l.WaitMin || share < l.WaitShare || p.Exe == "" {
+			if p.Woken < l.WaitMin || share < l.WaitShare || KernelThread(p.Exe) {
 				continue
 			}
 			f := procFinding(w, p, p.Woken/float64(max(p.WokenThreads, 1)), p.Woken, ResourceRunQueue, "", "sched", "cpu")

@@ -146,7 +146,7 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			// Threads waiting for a mutex: 2.5 s/s over 4 threads.
 			add(w, 3, 3, Group{Vital: "blck", Pid: 15, Comm: "locker", Exe: "/bin/locker", KStack: stackFutex, UStack: stackMutex, Weight: 2.5e6, Events: 300, Samples: 9, Threads: 4})
 			// A kernel thread waiting for the disk on others' behalf.
-			add(w, 2, 3, Group{Vital: "blck", Pid: 16, Comm: "jbd2/vda", KStack: stackDiskWait, Weight: 0.9e6, Events: 10, Samples: 3, Threads: 1})
+			add(w, 2, 3, Group{Vital: "blck", Pid: 16, Comm: "jbd2/vda", Exe: "[kernel]", KStack: stackDiskWait, Weight: 0.9e6, Events: 10, Samples: 3, Threads: 1})
 			// Barely blocked.
 			add(w, 2, 2, Group{Vital: "blck", Pid: 13, Comm: "dd", Exe: "/bin/dd", KStack: stackDiskWait, Weight: 0.05e6, Events: 10, Samples: 3, Threads: 1})
 		}, []string{"pid 11 (writer) disk@2-3", "pid 15 (locker) lock@3-3"}, "waits for the disk in write_blocks 90% of the time", 0.9, "write_blocks"},
@@ -229,11 +229,11 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			add(w, 20, 29, Group{Vital: "kmem", Pid: 83, Comm: "cc", Exe: "/bin/cc", KStack: stackFault, Weight: 2560, Events: 2560, Samples: 9})
 		}, []string{"pid 80 (leaker)@10-49"}, "keeps allocating user memory in spin_in_culprit: 10.0 MiB/s for 40 s", 1, "spin_in_culprit"},
 		{"signal-storm", 8, func(w *Window) {
-			add(w, 2, 2, Group{Vital: "signal", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Target: 91, Signal: 10, Weight: 50000, Events: 50000, Samples: 9})
+			add(w, 2, 2, Group{Vital: "signal", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Target: 91, Weight: 50000, Events: 50000, Samples: 9})
 			add(w, 2, 2, Group{Vital: "cpu", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Weight: 0.5e6, Events: 50, Samples: 9})
 			add(w, 2, 2, Group{Vital: "cpu", Pid: 91, Comm: "stormer", Exe: "/bin/stormer", Weight: 0.3e6, Events: 30, Samples: 9})
-			// A runtime signalling its own threads now and then.
-			add(w, 2, 2, Group{Vital: "signal", Pid: 92, Comm: "go", Exe: "/bin/go", Target: 92, Signal: 23, Weight: 50, Events: 50, Samples: 9})
+			// A runtime preempting its own threads, as often.
+			add(w, 2, 2, Group{Vital: "signal", Pid: 92, Comm: "go", Exe: "/bin/go", Target: 92, Weight: 50000, Events: 50000, Samples: 9})
 		}, []string{"pid 90 (stormer)@2-2"}, "sends 50000 signals/s from send_signals to pid 91", 0.4, "send_signals"},
 	}
 	for _, c := range cases {

@@ -163,8 +163,14 @@ func Merge(fs []findings.Finding) []Incident {
 
 // keys are what a finding is about, for merging: its culprit process,
 // and the culprit's function in its program; or, without a culprit, the
-// first process it names. None: it is about the whole machine.
+// first process it names. None: it is about the whole machine. Waits for
+// a CPU are about the machine's CPUs being too few for what runs: they
+// merge with each other, into one incident of CPU saturation, and not
+// with the incidents of the processes that used the CPUs meanwhile.
 func keys(f findings.Finding) []string {
+	if f.Resource == findings.ResourceRunQueue {
+		return []string{"run queue"}
+	}
 	if c := f.Culprit; c != nil {
 		ks := []string{fmt.Sprintf("pid %d", c.Pid)}
 		if c.Function != "" {
@@ -189,12 +195,16 @@ func build(fs []findings.Finding, members []int) *Incident {
 	sort.SliceStable(in.Findings, func(a, b int) bool { return stronger(in.Findings[a], in.Findings[b]) })
 	top := in.Findings[0]
 	in.Severity, in.Resource, in.Summary = top.Severity, top.Resource, top.Summary
-	// The culprit is the strongest finding's that names one.
+	// The culprit is the strongest finding's that names one; of CPU
+	// saturation, the process that used the most CPU while others waited.
 	for _, f := range in.Findings {
 		if f.Culprit != nil {
 			in.Culprit = f.Culprit
 			break
 		}
+	}
+	if in.Resource == findings.ResourceRunQueue {
+		saturation(in)
 	}
 	seen := map[uint32]bool{}
 	if in.Culprit != nil {
@@ -213,6 +223,48 @@ func build(fs []findings.Finding, members []int) *Incident {
 		}
 	}
 	return in
+}
+
+// saturation names a CPU saturation incident's culprit — the process that
+// used the most CPU over the findings' intervals, as each held finding
+// names the one that used the most in its interval — and sums it up.
+func saturation(in *Incident) {
+	used := map[uint32]float64{}
+	culprits := map[uint32]*findings.Culprit{}
+	victims := map[uint32]bool{}
+	for _, f := range in.Findings {
+		if f.Resource != findings.ResourceRunQueue {
+			continue
+		}
+		if len(f.Processes) > 0 {
+			victims[f.Processes[0].Pid] = true
+		}
+		if f.Culprit != nil && len(f.Processes) > 1 {
+			used[f.Culprit.Pid] += f.Processes[1].Weight
+			culprits[f.Culprit.Pid] = f.Culprit
+		}
+	}
+	var hog uint32
+	for pid, cpu := range used {
+		if cpu > used[hog] || cpu == used[hog] && pid < hog {
+			hog = pid
+		}
+	}
+	top := in.Findings[0]
+	victim := top.Subject
+	if len(top.Processes) > 0 {
+		victim = fmt.Sprintf("pid %d (%s)", top.Processes[0].Pid, top.Processes[0].Comm)
+	}
+	in.Summary = fmt.Sprintf("%d processes waited for a CPU after waking, %s the most, %.0f%% of its time",
+		len(victims), victim, top.Severity*100)
+	if c := culprits[hog]; c != nil {
+		in.Culprit = c
+		fn := ""
+		if c.Function != "" {
+			fn = " in " + c.Function
+		}
+		in.Summary += fmt.Sprintf(", while pid %d (%s) used the most CPU%s", c.Pid, c.Comm, fn)
+	}
 }
 
 // stronger orders findings by severity, then by their own score.

@@ -24,15 +24,26 @@ func culprit(pid uint32, exe, fn string) *findings.Culprit {
 	return &findings.Culprit{Pid: pid, Comm: exe, Exe: "/bin/" + exe, Function: fn}
 }
 
+// held is a Rule #7 finding: victim waited, while hog used cpu CPUs.
+func held(sev float64, from, to int64, victim uint32, hog *findings.Culprit, cpu float64) findings.Finding {
+	f := finding("rule7-held", sev, findings.ResourceRunQueue, from, to, hog)
+	f.Processes = []findings.Process{{Pid: victim, Comm: "victim"}, {Pid: hog.Pid, Comm: hog.Comm, Vital: "cpu", Weight: cpu}}
+	return f
+}
+
 // TestMerge: findings about one culprit merge, the strongest leading;
 // findings about one function of one program merge across its processes;
-// machine findings are evidence for the incident they overlap on their
-// resource, and incidents of their own otherwise; incidents are ranked by
-// severity, unmeasured ones last.
+// waits for a CPU merge into one incident of CPU saturation blaming the
+// process that used the most CPU; machine findings are evidence for the
+// incident they overlap on their resource, and incidents of their own
+// otherwise; incidents are ranked by severity, unmeasured ones last.
 func TestMerge(t *testing.T) {
 	spin := culprit(10, "spinner", "spin_forever")
 	fs := []findings.Finding{
-		finding("rule7-held", 0.3, findings.ResourceRunQueue, 100, 105, spin), // others waited for it
+		// Two processes held from a CPU, by the spinner and by a
+		// compiler that used less.
+		held(0.3, 100, 105, 40, spin, 1.5),
+		held(0.2, 104, 106, 41, culprit(50, "cc", "compile_pass"), 0.3),
 		finding("busy-loop", 0.5, findings.ResourceCPU, 100, 160, spin),
 		finding("ewma:cpu weight/s", 0, findings.ResourceCPU, 100, 105, nil),
 		// The same program and function in three short-lived processes.
@@ -48,7 +59,7 @@ func TestMerge(t *testing.T) {
 		finding(findings.DriftRule, 0, findings.ResourceDisk, 1000, 1050, nil),
 		finding("ewma:sock weight/s", 0, findings.ResourcePeer, 1000, 1005, nil),
 	}
-	fs[8].Score, fs[9].Score = 0.9, 5
+	fs[9].Score, fs[10].Score = 0.9, 5
 	got := Merge(fs)
 	type brief struct {
 		rank     int
@@ -68,10 +79,11 @@ func TestMerge(t *testing.T) {
 	want := []brief{
 		{1, 0.9, "failing-syscall", 22, 110, 140},
 		{2, 0.6, "rule5-blocking", 30, 100, 110},
-		{3, 0.5, "busy-loop,rule7-held,ewma:cpu weight/s", 10, 100, 160},
+		{3, 0.5, "busy-loop,ewma:cpu weight/s", 10, 100, 160},
 		{4, 0.4, "rule5-blocking", 30, 3700, 3710},
-		{5, 0, "ewma:sock weight/s", 0, 1000, 1005},
-		{6, 0, findings.DriftRule, 0, 1000, 1050},
+		{5, 0.3, "rule7-held", 10, 100, 106},
+		{6, 0, "ewma:sock weight/s", 0, 1000, 1005},
+		{7, 0, findings.DriftRule, 0, 1000, 1050},
 	}
 	if !reflect.DeepEqual(briefs, want) {
 		t.Fatalf("incidents\n%+v\nwant\n%+v", briefs, want)
@@ -79,8 +91,11 @@ func TestMerge(t *testing.T) {
 	if s := got[0].Summary; s != "failing-syscall summary" {
 		t.Errorf("summary %q", s)
 	}
-	if s := got[2].Summary; !strings.Contains(s, "busy-loop summary (also rule7-held, ewma:cpu weight/s)") {
+	if s := got[2].Summary; !strings.Contains(s, "busy-loop summary (also ewma:cpu weight/s)") {
 		t.Errorf("summary %q", s)
+	}
+	if s := got[4].Summary; s != "2 processes waited for a CPU after waking, pid 40 (victim) the most, 30% of its time, while pid 10 (spinner) used the most CPU in spin_forever" {
+		t.Errorf("saturation summary %q", s)
 	}
 	if n := len(got[0].Processes); n != 3 {
 		t.Errorf("the merged retries name %d processes: %+v", n, got[0].Processes)

@@ -58,7 +58,7 @@ type Options struct {
 
 // DiffMax is the longest range Options.Diff derives the diff metrics of:
 // the derivation reads every sample of both ranges.
-const DiffMax = 15 * time.Minute
+const DiffMax = 3 * time.Minute
 
 // Build reports on a range: the findings the recorder's online analysis
 // stored for the epochs it analysed, the filters evaluated now over the
