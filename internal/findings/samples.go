@@ -70,6 +70,20 @@ func (c *Stacks) Get(id uint64) *Stack {
 	return c.m[id]
 }
 
+// Add puts stacks in the cache: the recorder's online analysis has the
+// stacks of each epoch it commits at hand, and so asks the store for
+// none.
+func (c *Stacks) Add(sts []store.Stack) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m)+len(sts) > maxCachedStacks {
+		c.m = map[uint64]*Stack{}
+	}
+	for _, st := range sts {
+		c.m[st.ID] = &Stack{Kind: st.Kind, Frames: st.Frames, Modules: st.Modules}
+	}
+}
+
 // maxCachedStacks bounds the cache; past it the cache starts over.
 const maxCachedStacks = 200_000
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
@@ -91,6 +93,7 @@ func NewOnline(st *store.Store, epoch time.Duration, unavailable func() map[stri
 
 // Committed notes a committed epoch for the analysis; it does not wait.
 func (o *Online) Committed(e *store.Epoch) {
+	o.stacks.Add(e.Stacks)
 	o.mu.Lock()
 	// Only what the analysis reads of the epoch is kept, not its samples.
 	o.pending = append(o.pending, &store.Epoch{Host: e.Host, Epoch: e.Epoch, StartNs: e.StartNs, EndNs: e.EndNs})
@@ -110,6 +113,14 @@ func (o *Online) Close() {
 
 func (o *Online) run() {
 	defer close(o.done)
+	// The analysis runs on a thread of its own at the lowest priority:
+	// on a busy host it waits rather than delay the recorder's reading of
+	// its buffers and its commits. (The store's queries run on the thread
+	// that makes them.) Without the right to renice, it runs as is.
+	runtime.LockOSThread()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19); err != nil {
+		o.logf("online analysis at normal priority: %v", err)
+	}
 	for {
 		stopping := false
 		select {
