@@ -54,7 +54,7 @@ func busyLoopNoPMU(w *Window, l Levels) []Finding {
 	var out []Finding
 	for i := w.ReportFrom; i < len(w.Intervals); i++ {
 		for _, p := range w.Profiles(i) {
-			if p.CPU < l.BusyCPU || p.CPUUser < l.BusyUserShare*p.CPU {
+			if p.CPU+p.Sched < l.BusyCPU || p.CPU < l.BusyCPU/5 || p.CPUUser < l.BusyUserShare*p.CPU {
 				continue
 			}
 			conc := p.Concentration(l.BusyFunctions)
@@ -72,7 +72,7 @@ func busyLoopNoPMU(w *Window, l Levels) []Finding {
 			f.Summary = fmt.Sprintf("%s spins in %s: %.2f CPUs and %.2f s/s waiting for more (%.0f%% of the machine), %.0f%% of it in its %d heaviest functions, with %.0f system calls/s and no I/O",
 				procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), fn, p.CPU, p.Sched, share*100, conc*100, l.BusyFunctions, p.Syscalls)
 			f.Evidence = []Evidence{
-				{Name: "cpu used", Value: p.CPU, Against: l.BusyCPU, Relation: ">=", Unit: "CPUs", Interval: i},
+				{Name: "cpu demanded", Value: p.CPU + p.Sched, Against: l.BusyCPU, Relation: ">=", Unit: "CPUs", Interval: i},
 				{Name: "share in its top functions", Value: conc, Against: l.BusyConcentration, Relation: ">=", Interval: i},
 				{Name: "system calls", Value: p.Syscalls, Against: l.BusySyscallsPerCPU * p.CPU, Relation: "<=", Unit: "calls/s", Interval: i},
 				{Name: "user page faults", Value: p.Faults, Against: l.BusyFaultsPerCPU * p.CPU, Relation: "<=", Unit: "faults/s", Interval: i}}

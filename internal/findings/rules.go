@@ -48,7 +48,9 @@ type Levels struct {
 	LeakMinDuration, LeakHorizon time.Duration
 	// SignalStorm: signals per second a process sends that make a storm.
 	SignalStorm float64
-	// BusyCPU: CPUs a process must use for a busy loop; BusyUserShare the
+	// BusyCPU: CPUs a process must demand for a busy loop — use, or wait
+	// to use: on a busy machine a loop gets less than it would burn — of
+	// which it must get a fifth at least; BusyUserShare the
 	// least share of that in user space, and BusyConcentration the least
 	// share of the user-space time in its BusyFunctions heaviest
 	// functions. Its progress signs must stay under BusySyscallsPerCPU

@@ -194,6 +194,16 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			add(w, 2, 2, Group{Vital: "cpu", Pid: 62, Comm: "reader", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.9e6, Events: 90, Samples: 9})
 			add(w, 2, 2, Group{Vital: "sock", Pid: 62, Comm: "reader", Exe: "/bin/spinner", Weight: 50 << 20, Events: 9000, Samples: 9})
 		}, []string{"pid 60 (spinner)@2-3"}, "spins in spin_in_culprit", 0.5, "spin_in_culprit"},
+		{"busy-loop", 8, func(w *Window) {
+			// On a machine busy with others the loop gets a fifth of the
+			// CPU it demands: it waits to run the rest of the time.
+			add(w, 2, 3, Group{Vital: "cpu", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.2e6, Events: 20, Samples: 9})
+			add(w, 2, 3, Group{Vital: "sched", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Preempted: true, Weight: 0.6e6, Events: 90, Samples: 9, Threads: 1})
+			// Waiting as long to run, but getting almost none: too little
+			// of its time seen to judge how it spends it.
+			add(w, 2, 3, Group{Vital: "cpu", Pid: 64, Comm: "starved", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.03e6, Events: 3, Samples: 3})
+			add(w, 2, 3, Group{Vital: "sched", Pid: 64, Comm: "starved", Exe: "/bin/spinner", UStack: stackSpin, Preempted: true, Weight: 0.6e6, Events: 90, Samples: 9, Threads: 1})
+		}, []string{"pid 60 (spinner)@2-3"}, "spins in spin_in_culprit", 0.4, "spin_in_culprit"},
 		{"failing-syscall", 40, func(w *Window) {
 			// connect refused 5000 times a second for 20 s, between
 			// sleeps: half its calls.

@@ -209,21 +209,25 @@ wait
 	}, nil
 }
 
-// WaitAnalysed waits, up to timeout, until the online analysis of the
-// recorder recording into data has judged the recording up to ts, asking
-// with the holter binary given.
-func WaitAnalysed(ctx context.Context, holter, data string, ts time.Time, timeout time.Duration) error {
+// WaitRecorded waits, up to timeout, until the recorder recording into
+// data has committed the epochs up to ts, asking with the holter binary
+// given. holter findings then reads what the recorder's online analysis
+// judged of them and evaluates the rest itself: on a loaded host the
+// analysis, at the lowest priority, may be minutes behind.
+func WaitRecorded(ctx context.Context, holter, data string, ts time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
+		// As text: a recorder's API answers in JSON, whose numbers are
+		// doubles.
 		out, err := exec.CommandContext(ctx, holter, "query", "--data", data, "--format", "csv",
-			"SELECT coalesce(max(end_ns), 0) FROM analysed").Output()
+			"SELECT CAST(coalesce(max(end_ns), 0) AS VARCHAR) FROM epochs").Output()
 		if lines := strings.Fields(string(out)); err == nil && len(lines) > 0 {
 			if n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64); err == nil && n >= ts.UnixNano() {
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("planted: the recorder's online analysis did not reach %s within %s", ts.UTC().Format(time.RFC3339Nano), timeout)
+			return fmt.Errorf("planted: the recorder did not commit the epochs up to %s within %s", ts.UTC().Format(time.RFC3339Nano), timeout)
 		}
 		select {
 		case <-ctx.Done():
