@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -441,6 +442,11 @@ func toInt(v any) int64 {
 	case json.Number:
 		if n, err := x.Int64(); err == nil {
 			return n
+		}
+		// A UBIGINT past int64 (a stack id is a 64-bit hash) keeps its
+		// bits: a double would lose the low ones, and the id its stack.
+		if n, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+			return int64(n)
 		}
 	}
 	f := toFloat(v)

@@ -49,6 +49,7 @@ const (
 	OnlineHistory        = 10
 	OnlineTarget         = 10
 	OnlineReferenceSpans = 3
+	OnlineClosing        = time.Minute
 )
 
 // Online is the recorder's online analysis of what it commits.
@@ -104,8 +105,11 @@ func (o *Online) Committed(e *store.Epoch) {
 	}
 }
 
-// Close stops the analysis after judging the epochs committed so far, so
-// that the end of a recording is analysed too.
+// Close stops the analysis after judging the epochs committed in the last
+// OnlineClosing (one at least), so that the end of a recording is analysed
+// too; on a loaded host the analysis may be far behind, and stopping the
+// recorder does not wait for it to catch up: a report evaluates what it
+// did not judge.
 func (o *Online) Close() {
 	close(o.stop)
 	<-o.done
@@ -136,6 +140,9 @@ func (o *Online) run() {
 		}
 		o.pending = nil
 		o.mu.Unlock()
+		if stopping {
+			es = es[max(0, len(es)-max(o.every, int(OnlineClosing/o.epoch))):]
+		}
 		if len(es) > 0 {
 			o.analyse(es)
 		}
