@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -140,8 +141,11 @@ func (o *Online) run() {
 		}
 		o.pending = nil
 		o.mu.Unlock()
-		if stopping {
-			es = es[max(0, len(es)-max(o.every, int(OnlineClosing/o.epoch))):]
+		if stopping && len(es) > 0 {
+			// By their times: on a loaded host epochs stretch well past
+			// their nominal length.
+			from := es[len(es)-1].EndNs - OnlineClosing.Nanoseconds()
+			es = es[min(len(es)-1, sort.Search(len(es), func(i int) bool { return es[i].StartNs >= from })):]
 		}
 		if len(es) > 0 {
 			o.analyse(es)
