@@ -1,54 +1,67 @@
 #!/usr/bin/env bash
-# The idle cost of online analysis (cmd/holter/online.go): the recorder's
-# own CPU time (process time, from the epochs table) per second recorded,
-# with --online=true and --online=false, in ROUNDS interleaved pairs of SECS
-# seconds each with 1 s epochs, and the ratio with/without. The first
-# EPOCH_SKIP epochs of each recording (start-up, first symbolization) are
-# left out. Per second rather than per epoch: on a loaded machine a slow
-# commit stretches epochs. With OLD=path/to/holter, a build that always
-# analyses (before --online existed) is measured in the same rounds too.
-# Prints figures; asserts nothing.
+# The idle cost of online analysis (internal/incident's Online): the
+# recorder's own CPU time (utime + stime from /proc/PID/stat) as a share of
+# the machine, at the default epoch (EPOCH, 1m) with --online=true and
+# --online=false, in ROUNDS interleaved pairs of SECS seconds each (after
+# WARM seconds of start-up: attaching, the first symbolization, the first
+# epoch's analysis of the kernel's symbols), and the ratio with/without.
+# With OLD=path/to/holter, that build (say, main's) is measured in the same
+# rounds with its online analysis on. Prints figures; asserts nothing.
+#
+#   sudo bench/online.sh                 (ROUNDS=2 SECS=300 WARM=90)
+#   sudo OLD=/tmp/holter-main bench/online.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-3}
-SECS=${SECS:-40}
-EPOCH_SKIP=${EPOCH_SKIP:-5}
+ROUNDS=${ROUNDS:-2}
+SECS=${SECS:-300}
+WARM=${WARM:-90}
+EPOCH=${EPOCH:-1m}
 work=$(mktemp -d)
 rec=""
 trap '[ -n "$rec" ] && kill $rec 2>/dev/null; rm -rf "$work"' EXIT
 go build -o "$work/holter" ./cmd/holter
 ncpu=$(nproc)
+hz=$(getconf CLK_TCK)
 
-# run prints the recorder's CPU milliseconds per second recorded.
+# cpu PID prints the process's utime + stime in clock ticks.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# run BINARY ONLINE prints the recorder's CPU as a percentage of the
+# machine over SECS seconds after WARM.
 run() {
 	rm -rf "$work/data"
-	"${2:-$work/holter}" record --data "$work/data" --epoch 1s --api "" ${1:+--online="$1"} 2>"$work/rec.log" &
+	"$1" record --data "$work/data" --epoch "$EPOCH" --api "" --online="$2" 2>"$work/rec.log" &
 	rec=$!
+	sleep "$WARM"
+	local a b
+	a=$(cpu $rec)
 	sleep "$SECS"
+	b=$(cpu $rec)
 	kill -INT $rec
 	wait $rec || true
 	rec=""
-	"$work/holter" query --data "$work/data" --format csv "
-		SELECT round(sum(monitor_user_ns) / sum(end_ns - start_ns) * 1e3, 3) FROM epochs WHERE epoch > $EPOCH_SKIP" | tail -1
+	awk -v a="$a" -v b="$b" -v hz="$hz" -v s="$SECS" -v n="$ncpu" 'BEGIN{printf "%.3f", (b - a) / hz / s / n * 100}'
 }
-ratios=()
+with=()
+without=()
 old=()
 for i in $(seq "$ROUNDS"); do
-	with=$(run true)
-	without=$(run false)
-	ratio=$(awk -v a="$with" -v b="$without" 'BEGIN{printf "%.3f", a/b}')
-	ratios+=("$ratio")
-	line="round $i: recorder CPU ms per second: with online analysis $with, without $without, ratio $ratio"
+	w=$(run "$work/holter" true)
+	wo=$(run "$work/holter" false)
+	with+=("$w")
+	without+=("$wo")
+	line="round $i: recorder CPU, % of the machine ($ncpu CPUs, epochs of $EPOCH): online analysis on $w, off $wo"
 	if [ -n "${OLD:-}" ]; then
-		o=$(run "" "$OLD")
-		old+=("$(awk -v a="$o" -v b="$without" 'BEGIN{printf "%.3f", a/b}')")
-		line="$line; old build $o, ratio ${old[-1]}"
+		o=$(run "$OLD" true)
+		old+=("$o")
+		line="$line; old build (on) $o"
 	fi
-	echo "$line (of $ncpu CPUs)"
+	echo "$line (load average $(cut -d' ' -f1-3 /proc/loadavg))"
 done
 summary() {
-	printf '%s\n' "${@:2}" | sort -n | awk -v what="$1" '{a[NR]=$1} END {printf "%s: median %.3f (min %.3f, max %.3f)\n", what, a[int((NR+1)/2)], a[1], a[NR]}'
+	printf '%s\n' "${@:2}" | sort -n | awk -v what="$1" '{a[NR]=$1} END {printf "%s: median %.3f%% (min %.3f, max %.3f)\n", what, a[int((NR+1)/2)], a[1], a[NR]}'
 }
-summary "with/without" "${ratios[@]}"
-[ -n "${OLD:-}" ] && summary "old build/without" "${old[@]}"
+summary "online on" "${with[@]}"
+summary "online off" "${without[@]}"
+[ -n "${OLD:-}" ] && summary "old build, online on" "${old[@]}"
 true

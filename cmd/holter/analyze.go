@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
 )
@@ -71,46 +72,31 @@ func openSource(af agentFlags) (*source, error) {
 	return &source{q: findings.FromStore(st), closer: func() { st.Close() }}, nil
 }
 
-// unavailable adds the recorder's reasons for vitals it cannot record.
-func (s *source) unavailable(w *findings.Window) {
+// unavailable is the recorder's reasons for the vitals it cannot record,
+// when a recorder answers.
+func (s *source) unavailable() map[string]string {
 	if s.agent == nil {
-		return
+		return nil
 	}
 	st, err := s.agent.status(context.Background())
 	if err != nil {
-		return
+		return nil
 	}
-	for _, v := range st.Vitals {
-		if v.State != "recording" && v.Reason != "" {
-			if _, missing := w.Unavailable[v.Name]; missing {
-				w.Unavailable[v.Name] = v.State + ": " + v.Reason
-			}
-		}
-	}
-}
-
-func asInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case json.Number:
-		n, _ := x.Int64()
-		return n
-	case float64:
-		return int64(x)
-	}
-	return 0
+	return unavailableVitals(st.Status)
 }
 
 func runFindings(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("findings", stderr)
 	af := addAgentFlags(fs)
-	since := valueFlag(fs, "since", "1h", "report findings of the last DURATION", durationIn(time.Second, maxAge, ""))
-	rng := fs.String("range", "", "report findings in START/END instead of --since (see holter diff)")
+	since := valueFlag(fs, "since", "1h", "report on the last DURATION", durationIn(time.Second, maxAge, ""))
+	rng := fs.String("range", "", "report on START/END instead of --since (see holter diff)")
 	timescale := valueFlag(fs, "timescale", findings.Epoch, "evaluate over epochs or the 5m, 1h, 1d rollups", oneOf(timescaleNames()...))
 	history := valueFlag(fs, "history", "20", "intervals before the range read as the detectors' baseline", countIn(0, maxCount))
 	asJSON := fs.Bool("json", false, "print JSON")
 	host := fs.String("host", "", "host (default: the latest one recorded)")
+	self := fs.Bool("include-self", false, "report on holter's own processes too")
+	diff := fs.Bool("diff", true, fmt.Sprintf("rank the holter diff metrics of a range of at most %s against the stretch before it, as evidence", incident.DiffMax))
+	top := valueFlag(fs, "top", "20", "incidents to print, the worst first (0: all; --json has all)", countIn(0, maxCount))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -130,84 +116,62 @@ func runFindings(args []string, stdout, stderr io.Writer) error {
 			return rangeUsage(err)
 		}
 	}
-	width := time.Second
-	for _, ts := range store.Timescales {
-		if ts.Name == *timescale {
-			width = ts.Width
-		}
-	}
-	w, err := findings.Load(ctx, src.q, findings.LoadOptions{Host: *host, Timescale: *timescale, CPUs: runtime.NumCPU(),
-		From: time.Unix(0, r.StartNs).Add(-time.Duration(*history) * max(width, epochGuess(ctx, src.q))),
-		To:   time.Unix(0, r.EndNs), ReportFrom: time.Unix(0, r.StartNs)})
+	rep, err := incident.Build(ctx, src.q, incident.Options{Host: *host, Range: r, Timescale: *timescale, History: *history,
+		CPUs: runtime.NumCPU(), Unavailable: src.unavailable(), IncludeSelf: *self, Diff: *diff})
 	if err != nil {
 		if errors.Is(err, findings.ErrNoData) {
 			return fmt.Errorf("findings: %w", err)
 		}
 		return err
 	}
-	src.unavailable(w)
-	found, skipped := findings.Evaluate(w, findings.DefaultFilters(nil))
-	if err := findings.Attribute(ctx, src.q, w.Host, found); err != nil {
-		return err
-	}
-	stored, err := findings.Stored(ctx, src.q, w.Host, r)
-	if err != nil {
-		return err
-	}
-	type sourced struct {
-		Source string `json:"source"`
-		findings.Finding
-	}
-	var all []sourced
-	for _, f := range stored {
-		all = append(all, sourced{"recorder", f})
-	}
-	for _, f := range found {
-		dup := false
-		for _, s := range stored {
-			dup = dup || s.Rule == f.Rule && s.Subject == f.Subject && s.Timescale == f.Timescale && s.StartNs < f.EndNs && f.StartNs < s.EndNs
-		}
-		if !dup {
-			all = append(all, sourced{"evaluated", f})
-		}
-	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"host": w.Host, "start_ns": r.StartNs, "end_ns": r.EndNs, "timescale": w.Timescale,
-			"findings": all, "unevaluated": skipped})
+		return enc.Encode(rep)
 	}
-	fmt.Fprintf(stdout, "host %s, %s to %s, timescale %s: %d findings\n", w.Host, fmtNs(r.StartNs), fmtNs(r.EndNs), w.Timescale, len(all))
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "START\tEND\tRULE\tSUBJECT\tPROCESSES\tSUMMARY")
-	for _, f := range all {
-		var procs []string
-		for _, p := range f.Processes {
-			procs = append(procs, fmt.Sprintf("%d/%s", p.Pid, p.Comm))
-		}
-		site := ""
-		if len(f.Sites) > 0 && len(f.Sites[0].Frames) > 0 {
-			site = " [at " + strings.Join(f.Sites[0].Frames[:min(3, len(f.Sites[0].Frames))], " < ") + "]"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", fmtNs(f.StartNs), fmtNs(f.EndNs), f.Rule, f.Subject, strings.Join(procs, ","), f.Summary, site)
-	}
-	tw.Flush()
-	if len(skipped) > 0 {
-		fmt.Fprintln(stdout, "\nnot evaluated:")
-		for _, s := range skipped {
-			fmt.Fprintf(stdout, "  %-26s %s\n", s.Rule, s.Reason)
-		}
-	}
+	printReport(stdout, rep, *top)
 	return nil
 }
 
-// epochGuess is the length of the latest epoch.
-func epochGuess(ctx context.Context, q findings.Querier) time.Duration {
-	res, err := q.Query(ctx, `SELECT end_ns - start_ns FROM epochs ORDER BY end_ns DESC LIMIT 1`)
-	if err != nil || len(res.Rows) == 0 {
-		return time.Second
+// printReport prints the top ranked incidents, each with its culprit, the
+// rules that found it and, for the first few, the commands that show more.
+func printReport(w io.Writer, r *incident.Report, top int) {
+	fmt.Fprintf(w, "host %s, %s to %s, timescale %s: %d incidents\n", r.Host, fmtNs(r.StartNs), fmtNs(r.EndNs), r.Timescale, len(r.Incidents))
+	for _, in := range r.Incidents {
+		if top > 0 && in.Rank > top {
+			fmt.Fprintf(w, "\n%d more (--top 0 prints them all)\n", len(r.Incidents)-top)
+			break
+		}
+		sev := "no cost measured"
+		if in.Severity > 0 {
+			sev = fmt.Sprintf("severity %.0f%%", in.Severity*100)
+		}
+		fmt.Fprintf(w, "\n%d. [%s, %s] %s\n", in.Rank, sev, in.Resource, in.Summary)
+		fmt.Fprintf(w, "   %s to %s (%s)", fmtNs(in.StartNs), fmtNs(in.EndNs), time.Duration(in.EndNs-in.StartNs).Round(time.Second))
+		if c := in.Culprit; c != nil {
+			fmt.Fprintf(w, ", pid %d (%s) %s", c.Pid, c.Comm, c.Exe)
+		}
+		fmt.Fprintln(w)
+		if c := in.Culprit; c != nil && (len(c.User) > 0 || len(c.Kernel) > 0) {
+			fmt.Fprintf(w, "   at %s", strings.Join(c.User, " < "))
+			if len(c.Kernel) > 0 {
+				fmt.Fprintf(w, " | kernel %s", strings.Join(c.Kernel, " < "))
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "   found by %s\n", strings.Join(in.Rules, ", "))
+		if in.Rank <= 3 {
+			for _, d := range in.Drill {
+				fmt.Fprintf(w, "   %s: %s\n", d.What, d.Command)
+			}
+		}
 	}
-	return time.Duration(asInt(res.Rows[0][0]))
+	if len(r.Unevaluated) > 0 {
+		fmt.Fprintln(w, "\nnot evaluated:")
+		for _, u := range r.Unevaluated {
+			fmt.Fprintf(w, "  %-26s %s\n", u.Rule, u.Reason)
+		}
+	}
 }
 
 // timescaleNames are what --timescale takes: epochs or a rollup.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
 )
@@ -68,9 +70,10 @@ func TestAnalysisBadInput(t *testing.T) {
 }
 
 // TestFindingsAndDiffOnARealRecording records with 1 s epochs while a
-// workload idles, then starts fdatasync'd O_DIRECT writes: the findings
-// name the workload, and holter diff between the two halves ranks a block
-// I/O metric among the top five.
+// workload idles, then starts fdatasync'd O_DIRECT writes: an incident
+// names the workload (as its culprit, blocked on the disk, or as the
+// process held from a CPU when the machine is loaded), and holter diff
+// between the two halves ranks a block I/O metric among the top five.
 func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin, dir, _, before, after := recordDirectWrite(t, 12, 8)
@@ -83,9 +86,10 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		t.Fatalf("findings: exit %d %s", code, errOut)
 	}
 	var fs struct {
-		Findings []struct {
-			Rule, Subject, Summary string
-			Processes              []struct{ Comm string }
+		Incidents []struct {
+			Rank      int
+			Summary   string
+			Processes []struct{ Comm string }
 		}
 		Unevaluated []struct{ Rule, Reason string }
 	}
@@ -93,16 +97,16 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	named := false
-	for _, f := range fs.Findings {
-		for _, p := range f.Processes {
-			if p.Comm == "direct_write" {
+	for _, in := range fs.Incidents {
+		for _, p := range in.Processes {
+			if p.Comm == "direct_write" && !named {
 				named = true
-				t.Logf("%s %s: %s", f.Rule, f.Subject, f.Summary)
+				t.Logf("incident %d names direct_write: %s", in.Rank, in.Summary)
 			}
 		}
 	}
 	if !named {
-		t.Errorf("no finding names direct_write:\n%s", out2)
+		t.Errorf("no incident names direct_write:\n%s", out2)
 	}
 	l2 := false
 	for _, u := range fs.Unevaluated {
@@ -267,6 +271,41 @@ func TestRunCatalogFindsThePlantedAnomaly(t *testing.T) {
 	t.Log(text)
 }
 
+// reportFinding is the part of a finding in `holter findings --json` the
+// tests read.
+type reportFinding struct {
+	Rule, Subject, Summary string
+	StartNs                int64 `json:"start_ns"`
+	EndNs                  int64 `json:"end_ns"`
+	Severity               float64
+	Processes              []struct {
+		Pid  int
+		Comm string
+	}
+	Culprit *struct {
+		Pid            int
+		Comm, Function string
+	}
+	Evidence []struct{ Name, Relation string }
+}
+
+// reportFindings are the findings of every incident of `holter findings
+// --json`.
+func reportFindings(t *testing.T, out string) []reportFinding {
+	t.Helper()
+	var rep struct {
+		Incidents []struct{ Findings []reportFinding }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("holter findings --json: %v\n%s", err, out)
+	}
+	var fs []reportFinding
+	for _, in := range rep.Incidents {
+		fs = append(fs, in.Findings...)
+	}
+	return fs
+}
+
 // runsResult is the part of `holter runs --json` the tests read.
 type runsResult struct {
 	Runs      []struct{ ID string }
@@ -300,9 +339,10 @@ func holterRuns(t *testing.T, bin, dir string, args ...string) (runsResult, stri
 
 // TestRule10ExitAndKillOnARealRecording: a shell loop that exits when told
 // to, and a process that spins until it is sent SIGKILL, both stop showing
-// vital signs; rule 10 names each, the first as a voluntary death (its
-// exit_group, which the recorder samples at entry since the call never
-// returns) and the second as killed.
+// vital signs; rule 10 names the second as killed, and says nothing of the
+// first, which died as it meant to (its exit_group, which the recorder
+// samples at entry since the call never returns): a process exiting is not
+// a problem.
 func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
@@ -338,18 +378,9 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("findings: exit %d %s", code, errOut)
 	}
-	var fs struct {
-		Findings []struct {
-			Rule, Summary string
-			Processes     []struct{ Pid int }
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &fs); err != nil {
-		t.Fatal(err)
-	}
 	cause := map[int]string{}
-	for _, f := range fs.Findings {
-		if f.Rule != "rule10-disappeared" {
+	for _, f := range reportFindings(t, out) {
+		if f.Rule != "rule10-died" {
 			continue
 		}
 		for _, p := range f.Processes {
@@ -358,10 +389,10 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("exited %d: %s", exited.Process.Pid, cause[exited.Process.Pid])
-	t.Logf("killed %d: %s", killed.Process.Pid, cause[killed.Process.Pid])
-	if !strings.Contains(cause[exited.Process.Pid], "called exit") {
-		t.Errorf("the process that returned from main: %q, want a voluntary death", cause[exited.Process.Pid])
+	t.Logf("exited %d: %q", exited.Process.Pid, cause[exited.Process.Pid])
+	t.Logf("killed %d: %q", killed.Process.Pid, cause[killed.Process.Pid])
+	if c, ok := cause[exited.Process.Pid]; ok {
+		t.Errorf("the process that returned from main is a finding: %q", c)
 	}
 	if !strings.Contains(cause[killed.Process.Pid], "SIGKILL") {
 		t.Errorf("the process killed: %q, want SIGKILL", cause[killed.Process.Pid])
@@ -383,12 +414,7 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 func TestOnlineDriftOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin, dir, r, began, ended := recordDirectWrite(t, 25, 20)
-	type finding struct {
-		Source, Rule, Subject, Summary string
-		StartNs                        int64 `json:"start_ns"`
-		EndNs                          int64 `json:"end_ns"`
-		Evidence                       []struct{ Name, Relation string }
-	}
+	type finding = reportFinding
 	// The workload's block I/O must be among the metrics that differ most
 	// in some drift over it: in its evidence (the top five), with a score
 	// near the top one's. Its rates of block I/O, memory, CPU and system
@@ -422,19 +448,17 @@ func TestOnlineDriftOnARealRecording(t *testing.T) {
 	// each holter it runs faults in pages, allocates and talks to the
 	// recorder, and that would be recorded in the same epochs as the
 	// workload.
-	r.waitNewEpochs(t, int((onlineEvery+onlineTarget*time.Second)/time.Second)+2)
+	r.waitNewEpochs(t, int((incident.OnlineEvery+incident.OnlineTarget*time.Second)/time.Second)+2)
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && !io; time.Sleep(2 * time.Second) {
 		out, errOut, code := runHolter(t, bin, "findings", "--data", dir, "--since", "5m", "--json")
 		if code != 0 {
 			t.Fatalf("findings: exit %d %s", code, errOut)
 		}
-		var fs struct{ Findings []finding }
-		if err := json.Unmarshal([]byte(out), &fs); err != nil {
-			t.Fatal(err)
-		}
 		drift = drift[:0]
-		for _, f := range fs.Findings {
-			if f.Rule == "reference-drift" && f.Source == "recorder" && f.StartNs < ended.UnixNano() && f.EndNs > began.UnixNano() {
+		// Only the recorder's online analysis stores reference drifts
+		// (a report's own comparison of its range is a "diff").
+		for _, f := range reportFindings(t, out) {
+			if f.Rule == findings.DriftRule && f.StartNs < ended.UnixNano() && f.EndNs > began.UnixNano() {
 				drift = append(drift, f)
 				io = io || hasIO(f)
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/export"
+	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
@@ -242,10 +243,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	printRecording(stderr, rec.Status(), st.Path())
 
 	var lastPrune time.Time
-	var online *online
+	var online *incident.Online
 	if *analyse {
-		online = newOnline(st, *epoch, rec.Status, logf)
-		defer online.close()
+		online = incident.NewOnline(st, *epoch, func() map[string]string { return unavailableVitals(rec.Status()) }, logf)
+		defer online.Close()
 	}
 	err = rec.Run(ctx, func(e *store.Epoch) error {
 		began := time.Now()
@@ -254,7 +255,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		}
 		wrote := time.Since(began)
 		if online != nil {
-			online.afterEpoch(e)
+			online.Committed(e)
 		}
 		if exporter != nil {
 			if err := exporter.Committed(context.Background(), e.Epoch); err != nil {
@@ -315,6 +316,18 @@ func writeHeapProfile(path string) error {
 		return fmt.Errorf("memory profile: %w", err)
 	}
 	return nil
+}
+
+// unavailableVitals are the recorder's reasons for the vitals it does not
+// record, by name.
+func unavailableVitals(s recorder.Status) map[string]string {
+	m := map[string]string{}
+	for _, v := range s.Vitals {
+		if v.State != "recording" && v.Reason != "" {
+			m[v.Name] = v.State + ": " + v.Reason
+		}
+	}
+	return m
 }
 
 func printRecording(w io.Writer, s recorder.Status, path string) {

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,9 +19,9 @@ import (
 
 	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/incident/runs"
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/store"
-	"github.com/holter-dev/holter/internal/symbol"
 )
 
 // paramFlags collects repeated --param NAME=VALUE.
@@ -92,7 +90,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		*id = fmt.Sprintf("r%d", asInt(res.Rows[0][0])+1)
+		*id = fmt.Sprintf("r%d", findings.AsInt(res.Rows[0][0])+1)
 	}
 
 	// The command's block requests are sampled each rather than a few
@@ -107,7 +105,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		unboost()
 		return fmt.Errorf("run %s: %w", cmdArgs[0], err)
 	}
-	tree := watchTree(cmd.Process.Pid)
+	tree := runs.Watch(cmd.Process.Pid)
 	runErr := cmd.Wait()
 	end := time.Now()
 	unboost()
@@ -179,73 +177,6 @@ func boostSelf(ctx context.Context, c *client, id string, stderr io.Writer) func
 	}
 }
 
-// treePoll is how often watchTree looks for the processes a run started.
-const treePoll = 50 * time.Millisecond
-
-// watchTree follows the processes descending from pid until the returned
-// function is called, which gives them, pid first. It reads the parent of
-// every process in /proc every treePoll: a process that lives shorter than
-// that, or whose parent exits before it is seen, is missed. Threads share
-// their process's id and need no watching.
-func watchTree(pid int) func() []uint32 {
-	seen := map[uint32]bool{uint32(pid): true}
-	scan := func() {
-		parents := map[uint32]uint32{}
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			p, err := strconv.ParseUint(e.Name(), 10, 32)
-			if err != nil {
-				continue
-			}
-			if pp, ok := parentOf(e.Name()); ok {
-				parents[uint32(p)] = pp
-			}
-		}
-		// Until no process is added: a grandchild may be listed before
-		// its parent.
-		for added := true; added; {
-			added = false
-			for p, pp := range parents {
-				if seen[pp] && !seen[p] {
-					seen[p], added = true, true
-				}
-			}
-		}
-	}
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(treePoll)
-		defer tick.Stop()
-		for {
-			scan()
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() []uint32 {
-		close(done)
-		<-finished
-		delete(seen, uint32(pid))
-		rest := slices.Sorted(maps.Keys(seen))
-		return append([]uint32{uint32(pid)}, rest...)
-	}
-}
-
-// parentOf reads the parent process id from /proc/PID/stat; false if the
-// process is gone.
-func parentOf(pid string) (uint32, bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	pp, err := symbol.StatField(b, 4)
-	return uint32(pp), err == nil
-}
-
 // waitCommitted waits until an epoch ending at or after ns is committed.
 func waitCommitted(ctx context.Context, q findings.Querier, ns int64) error {
 	deadline := time.Now().Add(2 * time.Minute)
@@ -254,7 +185,7 @@ func waitCommitted(ctx context.Context, q findings.Querier, ns int64) error {
 		if err != nil {
 			return err
 		}
-		if asInt(res.Rows[0][0]) >= ns {
+		if findings.AsInt(res.Rows[0][0]) >= ns {
 			return nil
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -304,18 +235,11 @@ func startOwnRecorder(dir string, epoch time.Duration, stderr io.Writer) (*clien
 		if !ok {
 			continue
 		}
-		if res, err := (apiQuerier{c}).Query(context.Background(), `SELECT count(*) FROM epochs`); err == nil && asInt(res.Rows[0][0]) > 0 {
+		if res, err := (apiQuerier{c}).Query(context.Background(), `SELECT count(*) FROM epochs`); err == nil && findings.AsInt(res.Rows[0][0]) > 0 {
 			return c, stop, nil
 		}
 	}
 }
-
-// runMinSamples is the fewest values a metric needs in each run of a pair
-// to be ranked. A run's own processes make few samples of what they do
-// rarely — the signal-mask calls of starting a thread, say — and between a
-// handful of values on each side the distance is their sampling noise,
-// which the halves of a run of a handful cannot measure (Denoise).
-const runMinSamples = 10
 
 // runRuns lists the run catalog and the reference-driven analysis of it.
 func runRuns(args []string, stdout, stderr io.Writer) error {
@@ -332,117 +256,18 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer src.closer()
-	ctx := context.Background()
-	res, err := src.q.Query(ctx, `SELECT id, host, params, start_ns, end_ns, perf, perf_source, command, exit_code FROM runs ORDER BY start_ns`)
+	rep, err := runs.Analyse(context.Background(), src.q, *threshold, *top)
 	if err != nil {
 		return err
-	}
-	var runs []store.Run
-	for _, r := range res.Rows {
-		run := store.Run{ID: fmt.Sprint(r[0]), Host: fmt.Sprint(r[1]), StartNs: asInt(r[3]), EndNs: asInt(r[4]),
-			PerfSource: fmt.Sprint(r[6]), Command: fmt.Sprint(r[7]), ExitCode: int(asInt(r[8]))}
-		if err := json.Unmarshal([]byte(fmt.Sprint(r[2])), &run.Params); err != nil {
-			return fmt.Errorf("run %s: bad params: %w", run.ID, err)
-		}
-		if r[5] != nil {
-			v := toF(r[5])
-			run.Perf = &v
-		}
-		runs = append(runs, run)
-	}
-	// The catalog: runs with a figure and the most common set of
-	// parameter names (a condition space has one set of dimensions).
-	groups := map[string][]diagnose.Run{}
-	for _, r := range runs {
-		if r.Perf == nil || r.ExitCode != 0 {
-			continue
-		}
-		var names []string
-		for n := range r.Params {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		k := strings.Join(names, ",")
-		groups[k] = append(groups[k], diagnose.Run{ID: r.ID, Params: r.Params, Perf: *r.Perf})
-	}
-	var catalogRuns []diagnose.Run
-	for _, g := range groups {
-		if len(g) > len(catalogRuns) {
-			catalogRuns = g
-		}
-	}
-	type pair struct {
-		diagnose.Score
-		Metrics []diagnose.Ranked `json:"metrics"`
-		Error   string            `json:"error,omitempty"`
-	}
-	var pairs []pair
-	var catErr string
-	if len(catalogRuns) >= 2 {
-		cat, err := diagnose.NewCatalog(catalogRuns, nil)
-		if err == nil {
-			var scores []diagnose.Score
-			if scores, err = cat.Anomalies(&diagnose.AnomalyOptions{Threshold: *threshold}); err == nil {
-				byID := map[string]store.Run{}
-				for _, r := range runs {
-					byID[r.ID] = r
-				}
-				// Runs added before recorders named their host ran
-				// on the host recorded last.
-				latest := ""
-				if res, err := src.q.Query(ctx, `SELECT host FROM epochs ORDER BY end_ns DESC LIMIT 1`); err == nil && len(res.Rows) > 0 {
-					latest = fmt.Sprint(res.Rows[0][0])
-				}
-				for _, s := range scores {
-					p := pair{Score: s}
-					host := byID[s.Target].Host
-					if host == "" {
-						host = latest
-					}
-					// Each run's metrics are its processes' (see
-					// findings.Metrics), ranked by their difference
-					// beyond the reference run's own variation
-					// (diagnose.RankOptions.Denoise): runs are short,
-					// and a metric of a few dozen values — a
-					// heavy-tailed latency, a rate that ramps up as the
-					// run starts — differs as much between the halves
-					// of one run as between two.
-					var ranked []diagnose.Ranked
-					t, err := findings.ParseRange(ctx, src.q, s.Target, time.Now())
-					if err == nil {
-						var ref findings.Range
-						if ref, err = findings.ParseRange(ctx, src.q, s.Reference, time.Now()); err == nil {
-							var skipped []diagnose.Skipped
-							ranked, skipped, err = findings.CompareRanges(ctx, src.q, host, t, ref, &diagnose.RankOptions{MinSamples: runMinSamples, Denoise: true})
-							if err == nil && len(ranked) == 0 {
-								err = fmt.Errorf("no metric has %d values in both runs (%d left out): a run too short for its processes to be sampled enough",
-									runMinSamples, len(skipped))
-							}
-						}
-					}
-					if err != nil {
-						p.Error = err.Error()
-					}
-					if len(ranked) > *top {
-						ranked = ranked[:*top]
-					}
-					p.Metrics = ranked
-					pairs = append(pairs, p)
-				}
-			}
-		}
-		if err != nil {
-			catErr = err.Error()
-		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"runs": runs, "anomalies": pairs, "threshold": *threshold, "catalog_error": catErr})
+		return enc.Encode(rep)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPARAMS\tSTART\tSECONDS\tPERF\tEXIT\tCOMMAND")
-	for _, r := range runs {
+	for _, r := range rep.Runs {
 		perf := "-"
 		if r.Perf != nil {
 			perf = fmt.Sprintf("%.4g", *r.Perf)
@@ -456,11 +281,11 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 			float64(r.EndNs-r.StartNs)/1e9, perf, r.ExitCode, r.Command)
 	}
 	tw.Flush()
-	if catErr != "" {
-		fmt.Fprintf(stdout, "\nthe catalog cannot be analysed: %s\n", catErr)
+	if rep.CatalogError != "" {
+		fmt.Fprintf(stdout, "\nthe catalog cannot be analysed: %s\n", rep.CatalogError)
 	}
-	fmt.Fprintf(stdout, "\n%d anomalous target/reference pairs at p <= %g\n", len(pairs), *threshold)
-	for _, p := range pairs {
+	fmt.Fprintf(stdout, "\n%d anomalous target/reference pairs at p <= %g\n", len(rep.Anomalies), *threshold)
+	for _, p := range rep.Anomalies {
 		var chs []string
 		for _, c := range p.Changes {
 			chs = append(chs, c.String())
@@ -476,15 +301,4 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
-}
-
-func toF(v any) float64 {
-	switch x := v.(type) {
-	case float64:
-		return x
-	case json.Number:
-		f, _ := x.Float64()
-		return f
-	}
-	return float64(asInt(v))
 }

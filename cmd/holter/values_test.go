@@ -196,6 +196,8 @@ var flagCases = map[string]flagCase{
 	"p":                   {bad: map[string]string{"-1": "a whole number in [0, 4194304]", "x": "a whole number", "99999999": "in [0, 4194304]"}},
 	"window":              {bad: map[string]string{"-1s": "0 (none) or a duration in [10ms, 876000h]", "5ms": "a duration in [10ms", "NaN": "a duration"}},
 	"slide":               {bad: map[string]string{"5ms": "0 (--interval) or a duration in [10ms, 24h]", "-1s": "a duration", "25h": "a duration in [10ms, 24h]"}},
+	"include-self":        booleanFlag,
+	"diff":                booleanFlag,
 	"hosts-file":          {any: "a file, read when the query starts: its lines are checked as --hosts (TestHostsFileChecked)"},
 	"enable":              {bad: map[string]string{"heart": `unknown vital "heart"`, "cpu,,x": `unknown vital`}},
 	"disable":             {bad: map[string]string{"heart": `unknown vital "heart"`}},

@@ -22,6 +22,11 @@ type EWMA struct {
 	// mean, so a flat baseline does not flag every small wobble.
 	// Default 0.1.
 	MinRelative float64
+	// MinSigma floors the standard deviation in the series' own units:
+	// a baseline that has not varied yet (a vital at zero since the
+	// start) has a variance of 0, and without a floor any blip on it
+	// would be infinitely many deviations away. 0: no floor.
+	MinSigma float64
 }
 
 // Anomaly is a value the detector flagged.
@@ -46,9 +51,9 @@ func (e EWMA) withDefaults() (EWMA, error) {
 	if e.MinRelative == 0 {
 		e.MinRelative = 0.1
 	}
-	if !(e.Alpha > 0 && e.Alpha <= 1) || e.K < 0 || e.Warmup < 1 || e.MinRelative < 0 {
-		return e, fmt.Errorf("ewma: alpha %v must be in (0, 1], k %v, warmup %d and min relative %v non-negative",
-			e.Alpha, e.K, e.Warmup, e.MinRelative)
+	if !(e.Alpha > 0 && e.Alpha <= 1) || e.K < 0 || e.Warmup < 1 || e.MinRelative < 0 || e.MinSigma < 0 {
+		return e, fmt.Errorf("ewma: alpha %v must be in (0, 1], k %v, warmup %d, min relative %v and min sigma %v non-negative",
+			e.Alpha, e.K, e.Warmup, e.MinRelative, e.MinSigma)
 	}
 	return e, nil
 }
@@ -74,7 +79,7 @@ func (e EWMA) Detect(xs []float64) ([]Anomaly, error) {
 			mean, seen = x, 1
 			continue
 		}
-		sigma := math.Max(math.Sqrt(variance), e.MinRelative*math.Abs(mean))
+		sigma := math.Max(math.Max(math.Sqrt(variance), e.MinRelative*math.Abs(mean)), e.MinSigma)
 		d := x - mean
 		if seen >= e.Warmup && math.Abs(d) > e.K*sigma && d != 0 {
 			z := math.Inf(1)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/holter-dev/holter/internal/store"
 )
@@ -32,10 +33,19 @@ type Finding struct {
 	Rule      string `json:"rule"`
 	Timescale string `json:"timescale"`
 	// Subject is what the finding is about: a vital, or a process.
-	Subject   string      `json:"subject"`
-	StartNs   int64       `json:"start_ns"`
-	EndNs     int64       `json:"end_ns"`
-	Score     float64     `json:"score"`
+	Subject string `json:"subject"`
+	StartNs int64  `json:"start_ns"`
+	EndNs   int64  `json:"end_ns"`
+	// Severity is what the problem costs, from 0 to 1, on one scale for
+	// every filter (see doc.go); 0 when the filter cannot put a cost on
+	// what it found. Score is the filter's own measure, in its units.
+	Severity float64 `json:"severity"`
+	Score    float64 `json:"score"`
+	// Resource is what the problem is about (Resource* constants).
+	Resource string `json:"resource,omitempty"`
+	// Culprit is the process and code the problem is in, when the filter
+	// can name them.
+	Culprit   *Culprit    `json:"culprit,omitempty"`
 	Summary   string      `json:"summary"`
 	Vitals    []string    `json:"vitals"`
 	Processes []Process   `json:"processes,omitempty"`
@@ -45,6 +55,32 @@ type Finding struct {
 	// First and Last are the window intervals the finding covers.
 	First, Last int `json:"-"`
 }
+
+// Culprit is what a finding blames: a process and where in its code.
+type Culprit struct {
+	Pid  uint32 `json:"pid"`
+	Comm string `json:"comm"`
+	Exe  string `json:"exe,omitempty"`
+	// Function is the function of the process's own code the problem is
+	// in (see OwnFunction); User and Kernel the top frames, innermost
+	// first, of its heaviest stacks in the finding.
+	Function string   `json:"function,omitempty"`
+	User     []string `json:"user_frames,omitempty"`
+	Kernel   []string `json:"kernel_frames,omitempty"`
+}
+
+// The resources findings are about.
+const (
+	ResourceCPU      = "cpu"
+	ResourceRunQueue = "run queue"
+	ResourceLock     = "lock"
+	ResourceDisk     = "disk"
+	ResourcePeer     = "network peer"
+	ResourceMemory   = "memory"
+	ResourceSyscall  = "system call"
+	ResourceSignal   = "signals"
+	ResourceProcess  = "process"
+)
 
 // Process is a process a finding involves.
 type Process struct {
@@ -116,9 +152,17 @@ func Evaluate(w *Window, filters []Filter) ([]Finding, []Unevaluated) {
 		if found[i].StartNs != found[j].StartNs {
 			return found[i].StartNs < found[j].StartNs
 		}
-		return found[i].Score > found[j].Score
+		return stronger(found[i], found[j])
 	})
 	return found, skipped
+}
+
+// stronger orders findings by severity, then by their filter's own score.
+func stronger(a, b Finding) bool {
+	if a.Severity != b.Severity {
+		return a.Severity > b.Severity
+	}
+	return a.Score > b.Score
 }
 
 // merge joins findings of one filter with the same subject over adjacent
@@ -135,7 +179,7 @@ func merge(w *Window, fs []Finding) []Finding {
 		if n := len(out); n > 0 && out[n-1].Subject == f.Subject && f.First <= out[n-1].Last+1 {
 			last := &out[n-1]
 			last.Last = max(last.Last, f.Last)
-			if f.Score > last.Score {
+			if stronger(f, *last) {
 				f.First, f.Last = last.First, last.Last
 				f.Evidence = append(last.Evidence, f.Evidence...)
 				f.Samples = append(last.Samples, f.Samples...)
@@ -161,6 +205,20 @@ func merge(w *Window, fs []Finding) []Finding {
 	return out
 }
 
+// finite is x, with NaN as 0 and infinities as the largest finite values
+// (JSON has neither).
+func finite(x float64) float64 {
+	switch {
+	case math.IsNaN(x):
+		return 0
+	case math.IsInf(x, 1):
+		return math.MaxFloat64
+	case math.IsInf(x, -1):
+		return -math.MaxFloat64
+	}
+	return x
+}
+
 // at makes a finding for interval i.
 func at(i int, subject string, score float64, summary string, vitals ...string) Finding {
 	return Finding{Subject: subject, Score: score, Summary: summary, Vitals: vitals, First: i, Last: i}
@@ -177,18 +235,59 @@ type Measure struct {
 	Name, Unit string
 	Vitals     []string
 	At         func(w *Window, i int) float64
+	// Floor is the least standard deviation a detector assumes of the
+	// measure, in its units: changes smaller than a few of it are noise.
+	Floor float64
 }
 
 // WeightRate measures a vital's weight per second.
 func WeightRate(vital string) Measure {
 	return Measure{Name: vital + " weight/s", Unit: unitOf(vital) + "/s", Vitals: []string{vital},
-		At: func(w *Window, i int) float64 { return w.WeightRate(vital, i) }}
+		At: func(w *Window, i int) float64 { return w.WeightRate(vital, i) }, Floor: weightFloor(vital)}
 }
 
 // EventRate measures a vital's events per second.
 func EventRate(vital string) Measure {
 	return Measure{Name: vital + " events/s", Unit: "events/s", Vitals: []string{vital},
-		At: func(w *Window, i int) float64 { return w.EventRate(vital, i) }}
+		At: func(w *Window, i int) float64 { return w.EventRate(vital, i) }, Floor: 10}
+}
+
+// weightFloor is the least standard deviation of a vital's weight per
+// second: 1% of a CPU for the time-weighted vitals, 64 KiB/s of I/O,
+// 1 MiB/s of memory, 10 events/s.
+func weightFloor(vital string) float64 {
+	switch unitOf(vital) {
+	case "bytes":
+		return 64 << 10
+	case "pages":
+		return 256
+	case "events":
+		return 10
+	}
+	return 1e4
+}
+
+// VitalResource is the resource a vital measures.
+func VitalResource(vital string) string {
+	switch vital {
+	case "cpu", "l2":
+		return ResourceCPU
+	case "sched":
+		return ResourceRunQueue
+	case "blio":
+		return ResourceDisk
+	case "kmem", "umem":
+		return ResourceMemory
+	case "syscall":
+		return ResourceSyscall
+	case "signal":
+		return ResourceSignal
+	case "sock":
+		return ResourcePeer
+	case "lock":
+		return ResourceLock
+	}
+	return "blocking"
 }
 
 func unitOf(vital string) string {
@@ -256,7 +355,11 @@ func (e EWMAFilter) Evaluate(w *Window) []Finding {
 	for i := range xs {
 		xs[i] = e.Measure.At(w, i)
 	}
-	anomalies, err := e.Detector.Detect(xs)
+	d := e.Detector
+	if d.MinSigma == 0 {
+		d.MinSigma = e.Measure.Floor
+	}
+	anomalies, err := d.Detect(xs)
 	if err != nil {
 		return nil
 	}
@@ -274,8 +377,9 @@ func (e EWMAFilter) Evaluate(w *Window) []Finding {
 		if a.Z < 0 {
 			dir = "fell"
 		}
-		f := at(a.Index, vital, math.Min(math.Abs(a.Z), 1e6), fmt.Sprintf("%s %s to %.4g %s from a moving mean of %.4g (%.1fσ)",
+		f := at(a.Index, vital, math.Abs(a.Z), fmt.Sprintf("%s %s to %.4g %s from a moving mean of %.4g (%.1fσ)",
 			e.Measure.Name, dir, a.Value, e.Measure.Unit, a.Mean, a.Z), e.Measure.Vitals...)
+		f.Resource = VitalResource(vital)
 		f.Evidence = []Evidence{{Name: e.Measure.Name, Value: a.Value, Against: a.Mean, Relation: "vs moving mean", Unit: e.Measure.Unit, Interval: a.Index}}
 		if a.Z > 0 {
 			for k, p := range w.ProcsOf(a.Index, vital) {
@@ -290,17 +394,37 @@ func (e EWMAFilter) Evaluate(w *Window) []Finding {
 	return out
 }
 
-// Row is the finding as a row of the store's findings table.
+// Row is the finding as a row of the store's findings table; its score
+// column holds the severity, so that a finding extended over more epochs
+// keeps its worst.
 func (f Finding) Row(host string) store.Finding {
+	f.Severity, f.Score = finite(f.Severity), finite(f.Score)
+	for i := range f.Evidence {
+		f.Evidence[i].Value, f.Evidence[i].Against = finite(f.Evidence[i].Value), finite(f.Evidence[i].Against)
+	}
+	for i := range f.Processes {
+		f.Processes[i].Weight = finite(f.Processes[i].Weight)
+	}
+	for i := range f.Sites {
+		f.Sites[i].Weight = finite(f.Sites[i].Weight)
+	}
 	detail, _ := json.Marshal(f)
 	row := store.Finding{Host: host, Rule: f.Rule, Timescale: f.Timescale, Subject: f.Subject, StartNs: f.StartNs,
-		EndNs: f.EndNs, Score: f.Score, Summary: f.Summary, Detail: string(detail)}
+		EndNs: f.EndNs, Score: f.Severity, Summary: f.Summary, Detail: string(detail)}
 	for _, p := range f.Processes {
 		row.Pids = append(row.Pids, p.Pid)
 		row.Comms = append(row.Comms, p.Comm)
 	}
 	return row
 }
+
+// The rules of findings about how the metrics of holter diff moved: the
+// online analysis's check of each stretch against the ones before it, and
+// a report's of its range against the stretch before it.
+const (
+	DriftRule = "reference-drift"
+	DiffRule  = "diff"
+)
 
 // Stored reads the findings the store holds that overlap a range.
 func Stored(ctx context.Context, q Querier, host string, r Range) ([]Finding, error) {
@@ -312,12 +436,75 @@ func Stored(ctx context.Context, q Querier, host string, r Range) ([]Finding, er
 	var out []Finding
 	for _, row := range res.Rows {
 		var f Finding
-		if err := json.Unmarshal([]byte(fmt.Sprint(row[0])), &f); err != nil {
-			return nil, fmt.Errorf("stored findings: bad detail: %w", err)
+		// Rows an older holter stored are left out: they have no
+		// resource or severity to rank them by (and some no detail, which
+		// it could not encode when a score was infinite).
+		if err := json.Unmarshal([]byte(fmt.Sprint(row[0])), &f); err != nil || f.Resource == "" {
+			continue
 		}
-		// The row's range and score may have grown past the detail's.
-		f.StartNs, f.EndNs, f.Score = toInt(row[1]), toInt(row[2]), toFloat(row[3])
+		// The row's range and severity may have grown past the detail's.
+		f.StartNs, f.EndNs, f.Severity = toInt(row[1]), toInt(row[2]), toFloat(row[3])
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// Analysed reads the ranges of a host's recording overlapping r that the
+// recorder's online analysis has judged, by start; their findings are
+// among Stored's. A store from before the analysed table has none.
+func Analysed(ctx context.Context, q Querier, host string, r Range) ([]Range, error) {
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT start_ns, end_ns FROM analysed WHERE host = %s AND end_ns > %d AND start_ns < %d ORDER BY start_ns`,
+		sqlString(host), r.StartNs, r.EndNs))
+	if err != nil {
+		if noAnalysedTable(ctx, q) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("analysed ranges: %w", err)
+	}
+	var out []Range
+	for _, row := range res.Rows {
+		out = append(out, Range{StartNs: toInt(row[0]), EndNs: toInt(row[1])})
+	}
+	return out, nil
+}
+
+// noAnalysedTable says whether the store lacks the analysed table (a store
+// an older holter wrote, opened read-only).
+func noAnalysedTable(ctx context.Context, q Querier) bool {
+	res, err := q.Query(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_name = 'analysed'`)
+	return err == nil && len(res.Rows) == 1 && toInt(res.Rows[0][0]) == 0
+}
+
+// LatestHost is the host of the latest epoch in the store.
+func LatestHost(ctx context.Context, q Querier) (string, error) {
+	res, err := q.Query(ctx, `SELECT host FROM epochs ORDER BY end_ns DESC LIMIT 1`)
+	if err != nil {
+		return "", fmt.Errorf("latest host: %w", err)
+	}
+	if len(res.Rows) == 0 {
+		return "", fmt.Errorf("%w: the store has no epochs", ErrNoData)
+	}
+	return fmt.Sprint(res.Rows[0][0]), nil
+}
+
+// EpochLength is the length of a host's latest epoch (1 s when it has
+// none).
+func EpochLength(ctx context.Context, q Querier, host string) (time.Duration, error) {
+	res, err := q.Query(ctx, `SELECT end_ns - start_ns FROM epochs WHERE host = `+sqlString(host)+` ORDER BY end_ns DESC LIMIT 1`)
+	if err != nil {
+		return 0, fmt.Errorf("epoch length: %w", err)
+	}
+	if len(res.Rows) == 0 || toInt(res.Rows[0][0]) <= 0 {
+		return time.Second, nil
+	}
+	return time.Duration(toInt(res.Rows[0][0])), nil
+}
+
+// TimescaleWidth is a rollup timescale's bucket length.
+func TimescaleWidth(name string) (time.Duration, bool) {
+	if name == Epoch {
+		return 0, false
+	}
+	w, ok := timescaleWidth(name)
+	return time.Duration(w), ok
 }

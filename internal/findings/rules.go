@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
+	"time"
 )
 
 // Levels are the vital-specific lines between "low" and "high" that the
@@ -41,12 +41,35 @@ type Levels struct {
 	// make a leak (Rule #2), and LeakMinPages the least total growth.
 	LeakIntervals int
 	LeakMinPages  float64
-	// GoneAfter: intervals a process must have been seen in before its
-	// disappearance counts (Rule #10), each with at least GoneMinSamples.
-	GoneAfter      int
-	GoneMinSamples int
-	// SignalStorm: signals per second that make a storm.
+	// LeakRate: pages a second a process must go on allocating, for
+	// LeakIntervals and LeakMinDuration, for its allocations to be a
+	// leak; LeakHorizon how far ahead a leak's severity projects it.
+	LeakRate                     float64
+	LeakMinDuration, LeakHorizon time.Duration
+	// SignalStorm: signals per second a process sends that make a storm.
 	SignalStorm float64
+	// BusyCPU: CPUs a process must demand for a busy loop — use, or wait
+	// to use: on a busy machine a loop gets less than it would burn — of
+	// which it must get a fifth at least; BusyUserShare the
+	// least share of that in user space, and BusyConcentration the least
+	// share of the user-space time in its BusyFunctions heaviest
+	// functions. Its progress signs must stay under BusySyscallsPerCPU
+	// system calls and BusyFaultsPerCPU page faults a second per CPU it
+	// uses, and BusyIOBytes of block and socket I/O a second.
+	BusyCPU, BusyUserShare, BusyConcentration float64
+	BusyFunctions                             int
+	BusySyscallsPerCPU, BusyFaultsPerCPU      float64
+	BusyIOBytes                               float64
+	// FailedCalls: failed system calls a second that make a retry loop,
+	// when at least FailedShare of the process's calls fail (a loop that
+	// sleeps between tries fails half of them) for FailedMinDuration.
+	FailedCalls, FailedShare float64
+	FailedMinDuration        time.Duration
+	// WaitMin: seconds a second a process must wait for a resource (Rule
+	// #5) or, after waking, for a CPU (Rule #7), and WaitShare the least
+	// share of its threads' time (for a CPU: of the time it wanted one)
+	// that makes.
+	WaitMin, WaitShare float64
 }
 
 // DefaultLevels are starting points for a small server; tune per fleet.
@@ -55,9 +78,12 @@ var DefaultLevels = Levels{
 	L2LowPerCPUms: 1, L2HighPerCPUms: 100,
 	SchedHigh: 0.2, ProcSchedHigh: 0.1, ProcBlckHigh: 0.5, ProcBlioHigh: 1 << 20,
 	ProcUmemHigh: 1000, ProcSyscallHigh: 20000, KmemPerSyscallLow: 0.001,
-	LeakIntervals: 5, LeakMinPages: 256,
-	GoneAfter: 3, GoneMinSamples: 2,
+	LeakIntervals: 3, LeakMinPages: 256, LeakRate: 256, LeakMinDuration: 30 * time.Second, LeakHorizon: time.Hour,
 	SignalStorm: 100,
+	BusyCPU:     0.25, BusyUserShare: 0.8, BusyConcentration: 0.7, BusyFunctions: 3,
+	BusySyscallsPerCPU: 1000, BusyFaultsPerCPU: 1000, BusyIOBytes: 64 << 10,
+	FailedCalls: 100, FailedShare: 0.4, FailedMinDuration: 10 * time.Second,
+	WaitMin: 0.1, WaitShare: 0.2,
 }
 
 // rule is a diagnostic rule of Chopstix §3.2 expressed over holter's vitals.
@@ -85,7 +111,7 @@ func Rules(l Levels) []Filter {
 		rule{"rule7-held", []string{"cpu", "sched"}, heldFromScheduling, l},
 		rule{"rule8-syscall-loop", []string{"syscall", "kmem"}, syscallLoop, l},
 		rule{"rule9-init-or-load", []string{"umem", "l2", "cpu"}, initOrLoad, l},
-		rule{"rule10-disappeared", nil, disappeared, l},
+		rule{"rule10-died", []string{"signal"}, died, l},
 	}
 }
 
@@ -95,8 +121,8 @@ type Options struct {
 	EWMA   EWMA
 }
 
-// DefaultFilters are an EWMA detector on every vital's weight rate, a
-// signal storm threshold and the ten rules.
+// DefaultFilters are an EWMA detector on every vital's weight rate, the
+// per-process detectors and the ten rules.
 func DefaultFilters(o *Options) []Filter {
 	opt := Options{Levels: DefaultLevels}
 	if o != nil {
@@ -106,14 +132,36 @@ func DefaultFilters(o *Options) []Filter {
 	for _, v := range Vitals {
 		fs = append(fs, EWMAFilter{Measure: WeightRate(v), Detector: opt.EWMA})
 	}
-	storm := opt.Levels.SignalStorm
-	fs = append(fs, Threshold{Label: "signal-storm", Measure: EventRate("signal"), Above: &storm})
+	fs = append(fs, Detectors(opt.Levels)...)
 	return append(fs, Rules(opt.Levels)...)
 }
 
 func cpus(p ProcStat) float64 { return p.Weight / 1e6 }
 
-// Rule #1: high cpu with nearly no L2 misses is a busy loop.
+// machineShare is CPUs as a share of the machine's.
+func (w *Window) machineShare(cpus float64) float64 { return cpus / float64(max(w.CPUs, 1)) }
+
+// topCPU is the process that used the most CPU in interval i, other than
+// pid; nil when none did.
+func (w *Window) topCPU(i int, except uint32) *Profile {
+	for _, p := range w.Profiles(i) {
+		if p.Pid != except && p.Pid != 0 && p.CPU > 0 {
+			return p
+		}
+	}
+	return nil
+}
+
+// named is " in FUNCTION" for a culprit with a function, else "".
+func named(c *Culprit, prep string) string {
+	if c == nil || c.Function == "" {
+		return ""
+	}
+	return " " + prep + " " + c.Function
+}
+
+// Rule #1: high cpu with nearly no L2 misses is a busy loop. Severity: the
+// machine's CPU utilisation.
 func busyLoop(w *Window, l Levels) []Finding {
 	var out []Finding
 	for i := range w.Intervals {
@@ -122,6 +170,7 @@ func busyLoop(w *Window, l Levels) []Finding {
 		misses := w.series("l2").Weight[i] / math.Max(cpuMs, 1)
 		if util >= l.CPUHigh && misses <= l.L2LowPerCPUms {
 			f := at(i, "cpu", util, fmt.Sprintf("CPU %.0f%% busy with %.3g L2 misses per CPU-ms: a busy loop", util*100, misses), "cpu")
+			f.Severity, f.Resource = math.Min(util, 1), ResourceCPU
 			f.Evidence = []Evidence{
 				{Name: "cpu utilisation", Value: util, Against: l.CPUHigh, Relation: ">=", Interval: i},
 				{Name: "l2 misses per cpu-ms", Value: misses, Against: l.L2LowPerCPUms, Relation: "<=", Interval: i}}
@@ -130,6 +179,9 @@ func busyLoop(w *Window, l Levels) []Finding {
 					f.Processes = append(f.Processes, procOf(p))
 				}
 			}
+			if top := w.topCPU(i, 0); top != nil {
+				f.Culprit = w.culprit(top.Pid, i, i, func(g Group) bool { return !g.InKernel }, "cpu")
+			}
 			out = append(out, f)
 		}
 	}
@@ -137,6 +189,10 @@ func busyLoop(w *Window, l Levels) []Finding {
 }
 
 // Rule #2: kernel memory allocated and not freed, interval after interval.
+// It judges the machine, whose net allocation holds the page cache too,
+// which the kernel gives back when it must: the memory-leak detector names
+// the process; this rule's finding is evidence, with no severity of its
+// own.
 func leak(w *Window, l Levels) []Finding {
 	s := w.series("kmem")
 	var out []Finding
@@ -154,7 +210,7 @@ func leak(w *Window, l Levels) []Finding {
 		}
 		first := i - run + 1
 		f := at(i, "kmem", total, fmt.Sprintf("net kernel allocation grew %d intervals running, +%.0f pages", run, total), "kmem")
-		f.First = first
+		f.First, f.Resource = first, ResourceMemory
 		f.Evidence = []Evidence{{Name: "net pages allocated", Value: total, Against: l.LeakMinPages, Relation: ">=", Unit: "pages", Interval: i}}
 		if a, b := w.FreeKB[first], w.FreeKB[i]; !math.IsNaN(a) && !math.IsNaN(b) {
 			f.Evidence = append(f.Evidence, Evidence{Name: "free memory", Value: b, Against: a, Relation: "vs start", Unit: "KiB", Interval: i})
@@ -165,7 +221,7 @@ func leak(w *Window, l Levels) []Finding {
 		// The processes with the largest allocation over the run.
 		byPid := map[uint32]Process{}
 		for _, p := range w.Procs {
-			if p.Vital == "kmem" && p.Interval >= first && p.Interval <= i {
+			if p.Vital == "kmem" && p.Interval >= first && p.Interval <= i && (w.IncludeSelf || !IsMonitor(p.Comm, p.Exe)) {
 				q := byPid[p.Pid]
 				q.Pid, q.Comm, q.Exe, q.Vital = p.Pid, p.Comm, p.Exe, "kmem"
 				q.Weight += p.Weight
@@ -192,23 +248,33 @@ func topProcesses(m map[uint32]Process, n int) []Process {
 	return ps
 }
 
-// Rule #3: a block request that returned less than it asked for (or
-// failed) hints at bad blocks.
+// Rule #3: a block request that failed hints at bad blocks. Chopstix
+// judged a request by the bytes it returned against those it asked for;
+// Linux completes a large request in parts, each completion reporting the
+// bytes of its part, so only the status tells a failure here. Severity 1:
+// data did not reach the disk or come back from it.
 func unsatisfiedIO(w *Window, _ Levels) []Finding {
 	var out []Finding
 	for _, r := range w.Unsatisfied {
 		f := at(r.Interval, fmt.Sprintf("dev %s", r.Dev), float64(r.Requested-min(r.Completed, r.Requested)),
 			fmt.Sprintf("%s of %d bytes at sector %d on %s completed %d bytes (status %d)", r.Op, r.Requested, r.Sector, r.Dev, r.Completed, r.Error), "blio")
+		f.Severity, f.Resource = 1, ResourceDisk
 		f.Processes = []Process{{Pid: r.Pid, Comm: r.Comm, Vital: "blio"}}
 		f.Samples = []SampleRef{r.SampleRef}
 		f.Evidence = []Evidence{{Name: "bytes completed", Value: float64(r.Completed), Against: float64(r.Requested), Relation: "< requested", Unit: "bytes", Interval: r.Interval}}
+		if c := w.culprit(r.Pid, r.Interval, r.Interval, nil, "blio"); c != nil {
+			f.Culprit = c
+		} else {
+			f.Culprit = &Culprit{Pid: r.Pid, Comm: r.Comm}
+		}
 		out = append(out, f)
 	}
 	return out
 }
 
 // Rule #4: the machine is busy, mostly in the kernel, while processes
-// wait to run: a kernel bottleneck.
+// wait to run: a kernel bottleneck. Severity: the share of the machine's
+// CPU spent in the kernel.
 func kernelBottleneck(w *Window, l Levels) []Finding {
 	var out []Finding
 	for i := range w.Intervals {
@@ -216,84 +282,101 @@ func kernelBottleneck(w *Window, l Levels) []Finding {
 		if util >= l.CPUHigh && kshare >= l.KernelShareHigh && sched >= l.SchedHigh {
 			f := at(i, "kernel", sched, fmt.Sprintf("CPU %.0f%% busy, %.0f%% of it in the kernel, while threads waited %.2f s/s to run: a kernel bottleneck",
 				util*100, kshare*100, sched), "cpu", "sched")
+			f.Severity, f.Resource = math.Min(util*kshare, 1), ResourceCPU
 			f.Evidence = []Evidence{
 				{Name: "cpu utilisation", Value: util, Against: l.CPUHigh, Relation: ">=", Interval: i},
 				{Name: "kernel share of cpu", Value: kshare, Against: l.KernelShareHigh, Relation: ">=", Interval: i},
 				{Name: "scheduling delay", Value: sched, Against: l.SchedHigh, Relation: ">=", Unit: "s/s", Interval: i}}
+			var top *Profile
+			for _, p := range w.Profiles(i) {
+				if top == nil || p.CPU-p.CPUUser > top.CPU-top.CPUUser {
+					top = p
+				}
+			}
+			if top != nil {
+				f.Culprit = w.culprit(top.Pid, i, i, func(g Group) bool { return g.InKernel }, "cpu")
+			}
 			out = append(out, f)
 		}
 	}
 	return out
 }
 
-// lockShareOfBlocked is the least share of a process's blocked time that
-// its lock waits must make up to mirror it (Rule #5).
-const lockShareOfBlocked = 0.1
-
-// Rule #5: a process blocked much of the time, and what mirrors it among
-// blio, lock and sock — the source of the blockage.
+// Rule #5: a process blocked much of the time, and on what: the disk, a
+// network peer, a lock or memory, read from where its threads slept (and,
+// for locks, from its contended futex calls and the lock vital), with the
+// vital that mirrors it (blio, sock, lock) as evidence. Blocking to wait
+// for work — a poll, a timer, a child, a condition, a pipe — is normal
+// and not reported, nor are kernel threads, which wait on behalf of
+// others. Severity: the share of the waiting threads' time.
 func blockingMirrored(w *Window, l Levels) []Finding {
+	mirrors := map[Wait]string{WaitDisk: "blio", WaitSocket: "sock", WaitLock: "lock"}
 	var out []Finding
-	for i, iv := range w.Intervals {
-		for _, p := range w.ProcsOf(i, "blck") {
-			blocked := p.Weight / 1e6 / iv.Seconds()
-			if blocked < l.ProcBlckHigh {
+	for i := w.ReportFrom; i < len(w.Intervals); i++ {
+		for _, p := range w.Profiles(i) {
+			if KernelThread(p.Exe) {
 				continue
 			}
-			var mirrors []string
-			f := at(i, procSubject(p), blocked, "", "blck")
-			f.Processes = []Process{procOf(p)}
-			f.Evidence = []Evidence{{Name: "blocked", Value: blocked, Against: l.ProcBlckHigh, Relation: ">=", Unit: "s/s", Interval: i}}
-			for _, v := range []string{"blio", "lock", "sock"} {
-				m := w.Proc(i, v, p.Pid)
-				if m.Samples == 0 {
+			for _, c := range []Wait{WaitDisk, WaitSocket, WaitLock, WaitMemory} {
+				blocked := p.Blocked[c]
+				if c == WaitLock {
+					blocked += p.LockWait
+				}
+				threads := max(p.Threads[c], 1)
+				share := math.Min(blocked/float64(threads), 1)
+				if blocked < l.WaitMin || share < l.WaitShare {
 					continue
 				}
-				// Lock waits are time, like blocking: a moment of
-				// contention in a process whose threads are otherwise
-				// parked waiting for work (a Go runtime's, blocked
-				// seconds a second) does not explain the blocking.
-				if v == "lock" && m.Weight < lockShareOfBlocked*p.Weight {
-					continue
+				f := procFinding(w, p, share, blocked, c.Resource(), "", "blck")
+				f.Subject += " " + c.Resource()
+				f.Culprit = w.culprit(p.Pid, i, i, func(g Group) bool {
+					switch g.Vital {
+					case "blck":
+						return ClassifyWait(w.Stacks.Get(g.KStack), w.Stacks.Get(g.UStack)) == c
+					case "syscall":
+						return c == WaitLock && g.Syscall == futexNr
+					}
+					return c == WaitLock
+				}, "blck", "syscall", "lock")
+				f.Evidence = []Evidence{{Name: "blocked on " + c.Resource(), Value: blocked, Against: l.WaitMin, Relation: ">=", Unit: "s/s", Interval: i},
+					{Name: "share of its waiting threads' time", Value: share, Against: l.WaitShare, Relation: ">=", Interval: i}}
+				mirror := ""
+				if v, ok := mirrors[c]; ok {
+					if m := w.Proc(i, v, p.Pid); m.Samples > 0 {
+						f.Vitals = append(f.Vitals, v)
+						mirror = ", mirrored by " + v
+						f.Evidence = append(f.Evidence, Evidence{Name: v, Value: m.Weight / w.Intervals[i].Seconds(), Relation: "mirrors", Unit: unitOf(v) + "/s", Interval: i})
+					}
 				}
-				mirrors = append(mirrors, v)
-				f.Vitals = append(f.Vitals, v)
-				f.Evidence = append(f.Evidence, Evidence{Name: v, Value: m.Weight / iv.Seconds(), Relation: "mirrors", Unit: unitOf(v) + "/s", Interval: i})
+				f.Summary = fmt.Sprintf("%s waits for the %s%s %.0f%% of the time (%.2f s/s over %d threads)%s",
+					procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), c.Resource(), named(f.Culprit, "in"), share*100, blocked, threads, mirror)
+				out = append(out, f)
 			}
-			if len(mirrors) == 0 {
-				// Blocking not mirrored by I/O, locks or sockets is a
-				// process waiting for work (a pipe, a timer, a futex): normal.
-				continue
-			}
-			f.Summary = fmt.Sprintf("%s blocked %.2f s/s, mirrored by %s", procSubject(p), blocked, strings.Join(mirrors, ", "))
-			out = append(out, f)
 		}
 	}
 	return out
 }
 
-// Rule #6: a process faulting in many user pages while it blocks and does
-// block I/O is short of memory and swapping.
+// Rule #6: a process faulting in many user pages while it waits for the
+// disk and does block I/O is short of memory and swapping (or paging its
+// program in from a slow disk). Severity: the share of its threads' time
+// spent waiting for the disk.
 func swapping(w *Window, l Levels) []Finding {
 	var out []Finding
-	for i, iv := range w.Intervals {
-		for _, p := range w.ProcsOf(i, "umem") {
-			faults := p.Events / iv.Seconds()
-			if faults < l.ProcUmemHigh {
+	for i := w.ReportFrom; i < len(w.Intervals); i++ {
+		for _, p := range w.Profiles(i) {
+			blocked, threads := p.Blocked[WaitDisk], max(p.Threads[WaitDisk], 1)
+			if p.Faults < l.ProcUmemHigh || blocked < l.WaitMin || p.Blio < l.ProcBlioHigh {
 				continue
 			}
-			blocked := w.Proc(i, "blck", p.Pid).Weight / 1e6 / iv.Seconds()
-			io := w.Proc(i, "blio", p.Pid).Weight / iv.Seconds()
-			if blocked < l.ProcBlckHigh || io < l.ProcBlioHigh {
-				continue
-			}
-			f := at(i, procSubject(p), faults, fmt.Sprintf("%s faulted %.0f pages/s while blocked %.2f s/s with %.0f bytes/s of block I/O: low memory, swapping",
-				procSubject(p), faults, blocked, io), "umem", "blck", "blio")
-			f.Processes = []Process{procOf(p)}
+			share := math.Min(blocked/float64(threads), 1)
+			f := procFinding(w, p, share, p.Faults, ResourceMemory, fmt.Sprintf("%s faulted %.0f pages/s while waiting for the disk %.2f s/s with %.0f bytes/s of block I/O: low memory, swapping",
+				procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), p.Faults, blocked, p.Blio), "umem", "blck", "blio")
+			f.Culprit = w.culprit(p.Pid, i, i, nil, "umem", "blck")
 			f.Evidence = []Evidence{
-				{Name: "user page faults", Value: faults, Against: l.ProcUmemHigh, Relation: ">=", Unit: "faults/s", Interval: i},
-				{Name: "blocked", Value: blocked, Against: l.ProcBlckHigh, Relation: ">=", Unit: "s/s", Interval: i},
-				{Name: "block I/O", Value: io, Against: l.ProcBlioHigh, Relation: ">=", Unit: "bytes/s", Interval: i}}
+				{Name: "user page faults", Value: p.Faults, Against: l.ProcUmemHigh, Relation: ">=", Unit: "faults/s", Interval: i},
+				{Name: "blocked on the disk", Value: blocked, Against: l.WaitMin, Relation: ">=", Unit: "s/s", Interval: i},
+				{Name: "block I/O", Value: p.Blio, Against: l.ProcBlioHigh, Relation: ">=", Unit: "bytes/s", Interval: i}}
 			out = append(out, f)
 		}
 	}
@@ -301,30 +384,40 @@ func swapping(w *Window, l Levels) []Finding {
 }
 
 // Rule #7: a process that barely runs while it waits long to be scheduled,
-// with the kernel not busy, is being held from scheduling — normally when
-// the machine is busy (fair sharing), abnormally when it is not.
+// with the kernel not busy, is being held from scheduling. Only waits after
+// a wake-up count: a thread that wakes to do a little work and waits for a
+// CPU is held, while one preempted in the middle of its work is sharing a
+// busy machine fairly (Chopstix's "held normally", which is not a
+// problem). The culprit is the process that used the most CPU meanwhile.
+// Severity: the share of its waiting threads' time spent so.
 func heldFromScheduling(w *Window, l Levels) []Finding {
 	var out []Finding
-	for i, iv := range w.Intervals {
+	for i := w.ReportFrom; i < len(w.Intervals); i++ {
 		util := w.CPUUtil(i)
-		kernel := util * nanZero(w.KernelCPU[i])
-		for _, p := range w.ProcsOf(i, "sched") {
-			wait := p.Weight / 1e6 / iv.Seconds()
-			used := cpus(w.Proc(i, "cpu", p.Pid)) / iv.Seconds()
-			if wait < l.ProcSchedHigh || used > l.ProcCPULow || kernel >= l.KernelShareHigh*l.CPUHigh {
+		if util*nanZero(w.KernelCPU[i]) >= l.KernelShareHigh*l.CPUHigh {
+			continue // a kernel bottleneck (Rule #4)
+		}
+		for _, p := range w.Profiles(i) {
+			share := p.Woken / (p.Woken + p.CPU)
+			if p.Woken < l.WaitMin || share < l.WaitShare || KernelThread(p.Exe) {
 				continue
 			}
-			how, score := "abnormally (the machine is not busy)", wait
-			if util >= l.CPUHigh {
-				how, score = "normally, in fair sharing of a busy machine", wait/10
+			f := procFinding(w, p, p.Woken/float64(max(p.WokenThreads, 1)), p.Woken, ResourceRunQueue, "", "sched", "cpu")
+			hog := w.topCPU(i, p.Pid)
+			if hog != nil {
+				f.Culprit = w.culprit(hog.Pid, i, i, func(g Group) bool { return !g.InKernel }, "cpu")
+				f.Processes = append(f.Processes, Process{Pid: hog.Pid, Comm: hog.Comm, Exe: hog.Exe, Vital: "cpu", Weight: hog.CPU})
 			}
-			f := at(i, procSubject(p), score, fmt.Sprintf("%s waited %.2f s/s to run and ran %.3f CPUs: held from scheduling %s",
-				procSubject(p), wait, used, how), "sched", "cpu")
-			f.Processes = []Process{procOf(p)}
+			by := ""
+			if hog != nil {
+				by = fmt.Sprintf(" while %s used %.2f CPUs%s", procSubject(ProcStat{Pid: hog.Pid, Comm: hog.Comm}), hog.CPU, named(f.Culprit, "in"))
+			}
+			f.Summary = fmt.Sprintf("%s waited %.2f s/s for a CPU after waking, %.0f%% of the time it wanted one%s: held from scheduling",
+				procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), p.Woken, share*100, by)
 			f.Evidence = []Evidence{
-				{Name: "scheduling delay", Value: wait, Against: l.ProcSchedHigh, Relation: ">=", Unit: "s/s", Interval: i},
-				{Name: "cpu used", Value: used, Against: l.ProcCPULow, Relation: "<=", Unit: "CPUs", Interval: i},
-				{Name: "machine cpu utilisation", Value: util, Against: l.CPUHigh, Relation: "vs high", Interval: i}}
+				{Name: "scheduling delay after wake-ups", Value: p.Woken, Against: l.WaitMin, Relation: ">=", Unit: "s/s", Interval: i},
+				{Name: "cpu used", Value: p.CPU, Relation: "while", Unit: "CPUs", Interval: i},
+				{Name: "machine cpu utilisation", Value: util, Relation: "while", Interval: i}}
 			out = append(out, f)
 		}
 	}
@@ -333,24 +426,28 @@ func heldFromScheduling(w *Window, l Levels) []Finding {
 
 // Rule #8: many system calls with almost no kernel allocation behind them
 // is a busy loop around a system call (a send that keeps failing).
+// Severity: the share of the machine's CPU the process uses.
 func syscallLoop(w *Window, l Levels) []Finding {
 	var out []Finding
-	for i, iv := range w.Intervals {
-		for _, p := range w.ProcsOf(i, "syscall") {
-			rate := p.Events / iv.Seconds()
-			if rate < l.ProcSyscallHigh {
+	for i := w.ReportFrom; i < len(w.Intervals); i++ {
+		for _, p := range w.Profiles(i) {
+			if p.Syscalls < l.ProcSyscallHigh {
 				continue
 			}
-			pages := w.Proc(i, "kmem", p.Pid).Weight
-			perCall := pages / math.Max(p.Events, 1)
+			pages := 0.0
+			for _, a := range p.Alloc {
+				pages += a
+			}
+			perCall := pages / p.Syscalls
 			if perCall > l.KmemPerSyscallLow {
 				continue
 			}
-			f := at(i, procSubject(p), rate, fmt.Sprintf("%s made %.0f system calls/s allocating %.2g kernel pages per call: a busy loop around a system call",
-				procSubject(p), rate, perCall), "syscall", "kmem")
-			f.Processes = []Process{procOf(p)}
+			f := procFinding(w, p, w.machineShare(p.CPU), p.Syscalls, ResourceSyscall, "", "syscall", "kmem")
+			f.Culprit = w.culprit(p.Pid, i, i, nil, "syscall")
+			f.Summary = fmt.Sprintf("%s made %.0f system calls/s%s allocating %.2g kernel pages per call: a busy loop around a system call",
+				procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), p.Syscalls, named(f.Culprit, "in"), perCall)
 			f.Evidence = []Evidence{
-				{Name: "system calls", Value: rate, Against: l.ProcSyscallHigh, Relation: ">=", Unit: "calls/s", Interval: i},
+				{Name: "system calls", Value: p.Syscalls, Against: l.ProcSyscallHigh, Relation: ">=", Unit: "calls/s", Interval: i},
 				{Name: "kernel pages per call", Value: perCall, Against: l.KmemPerSyscallLow, Relation: "<=", Interval: i}}
 			out = append(out, f)
 		}
@@ -359,27 +456,24 @@ func syscallLoop(w *Window, l Levels) []Finding {
 }
 
 // Rule #9: many user page faults with few cache misses is a process
-// initialising; with many cache misses, load increasing.
+// initialising, which is normal and not reported; with many cache misses,
+// load increasing, reported with no severity: it is a change to know of,
+// not a cost.
 func initOrLoad(w *Window, l Levels) []Finding {
 	var out []Finding
 	for i, iv := range w.Intervals {
 		cpuMs := w.series("cpu").Weight[i] / 1e3
 		misses := w.series("l2").Weight[i] / math.Max(cpuMs, 1)
+		if misses < l.L2HighPerCPUms {
+			continue
+		}
 		for _, p := range w.ProcsOf(i, "umem") {
 			faults := p.Events / iv.Seconds()
 			if faults < l.ProcUmemHigh {
 				continue
 			}
-			var what string
-			switch {
-			case misses <= l.L2LowPerCPUms:
-				what = "initialising"
-			case misses >= l.L2HighPerCPUms:
-				what = "under increasing load"
-			default:
-				continue
-			}
-			f := at(i, procSubject(p)+" "+what, faults, fmt.Sprintf("%s faulted %.0f pages/s with %.3g L2 misses per CPU-ms: %s", procSubject(p), faults, misses, what), "umem", "l2")
+			f := at(i, procSubject(p)+" under increasing load", faults, fmt.Sprintf("%s faulted %.0f pages/s with %.3g L2 misses per CPU-ms: under increasing load", procSubject(p), faults, misses), "umem", "l2")
+			f.Resource = ResourceMemory
 			f.Processes = []Process{procOf(p)}
 			out = append(out, f)
 		}
@@ -387,61 +481,42 @@ func initOrLoad(w *Window, l Levels) []Finding {
 	return out
 }
 
-// Rule #10: a process whose vital signs stop abruptly has died or hung;
-// the signals it received and its exit calls tell which.
-func disappeared(w *Window, l Levels) []Finding {
-	seen := map[uint32][]int{} // pid -> samples per interval
+// Rule #10: a process whose vital signs stop with a fatal signal sent to
+// it died: a fault (SIGSEGV, SIGBUS, SIGABRT, …) is a crash, severity 1;
+// SIGKILL a kill, whose cost is not known (a supervisor stopping a
+// child does it too). A process that called exit died as it meant to,
+// and one that just went quiet is idle; neither is reported.
+func died(w *Window, l Levels) []Finding {
+	last := map[uint32]int{} // pid -> last interval with samples
 	names := map[uint32]ProcStat{}
 	for _, p := range w.Procs {
-		if p.Pid == 0 {
+		if p.Pid == 0 || !w.IncludeSelf && IsMonitor(p.Comm, p.Exe) {
 			continue
 		}
-		if seen[p.Pid] == nil {
-			seen[p.Pid] = make([]int, len(w.Intervals))
+		if i, ok := last[p.Pid]; !ok || p.Interval > i {
+			last[p.Pid] = p.Interval
 		}
-		seen[p.Pid][p.Interval] += p.Samples
 		names[p.Pid] = p
 	}
 	var out []Finding
-	for pid, per := range seen {
-		for i := l.GoneAfter; i < len(w.Intervals); i++ {
-			if per[i] > 0 {
-				continue
-			}
-			alive := true
-			for k := i - l.GoneAfter; k < i; k++ {
-				alive = alive && per[k] >= l.GoneMinSamples
-			}
-			if !alive {
-				continue
-			}
-			p := names[pid]
-			cause := "no exit or fatal signal was sampled: it may have hung, or died unseen"
-			f := at(i, procSubject(p), float64(per[i-1]), "", "signal", "syscall")
-			f.Processes = []Process{procOf(p)}
-			for _, s := range w.Signals {
-				if s.TargetPid == pid && s.Interval >= i-1 && s.Interval <= i {
-					f.Samples = append(f.Samples, s.SampleRef)
-					switch s.Signal {
-					case 9:
-						cause = fmt.Sprintf("SIGKILL from pid %d (%s): killed", s.Pid, s.Comm)
-					case 11, 7, 4, 8, 6:
-						cause = fmt.Sprintf("signal %d: accidental death (a fault)", s.Signal)
-					case 15, 2, 1:
-						cause = fmt.Sprintf("signal %d from pid %d (%s): asked to terminate", s.Signal, s.Pid, s.Comm)
-					}
-				}
-			}
-			for _, e := range w.Exits {
-				if e.Pid == pid && e.Interval >= i-1 && e.Interval <= i {
-					f.Samples = append(f.Samples, e)
-					cause = "it called exit: voluntary death"
-				}
-			}
-			f.Summary = fmt.Sprintf("%s stopped showing vital signs: %s", procSubject(p), cause)
-			out = append(out, f)
-			break
+	seen := map[uint32]bool{}
+	for _, s := range w.Signals {
+		i, ok := last[s.TargetPid]
+		if !ok || seen[s.TargetPid] || s.Interval < i || s.Interval > i+1 || s.Interval < w.ReportFrom {
+			continue
 		}
+		seen[s.TargetPid] = true
+		p := names[s.TargetPid]
+		cause, severity := fmt.Sprintf("%s from pid %d (%s): crashed", SignalName(s.Signal), s.Pid, s.Comm), 1.0
+		if s.Signal == 9 {
+			cause, severity = fmt.Sprintf("SIGKILL from pid %d (%s): killed", s.Pid, s.Comm), 0
+		}
+		f := at(s.Interval, procSubject(p), float64(s.Signal), fmt.Sprintf("%s stopped showing vital signs: %s", procSubject(p), cause), "signal")
+		f.Severity, f.Resource = severity, ResourceProcess
+		f.Processes = []Process{procOf(p)}
+		f.Samples = []SampleRef{s.SampleRef}
+		f.Culprit = w.culprit(p.Pid, max(i-1, 0), i, nil)
+		out = append(out, f)
 	}
 	return out
 }

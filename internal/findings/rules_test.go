@@ -1,6 +1,7 @@
 package findings
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -8,7 +9,8 @@ import (
 
 // window builds n one-second intervals with every vital recorded at zero.
 func window(n int) *Window {
-	w := &Window{Host: "h", Timescale: Epoch, Vitals: map[string]*VitalSeries{}, Unavailable: map[string]string{}, CPUs: 2}
+	w := &Window{Host: "h", Timescale: Epoch, Vitals: map[string]*VitalSeries{}, Unavailable: map[string]string{}, CPUs: 2,
+		Stacks: testStacks}
 	for i := 0; i < n; i++ {
 		w.Intervals = append(w.Intervals, Interval{int64(i) * 1e9, int64(i+1) * 1e9})
 	}
@@ -23,6 +25,64 @@ func proc(i int, vital string, pid uint32, weight, events float64) ProcStat {
 	return ProcStat{Interval: i, Vital: vital, Pid: pid, Comm: "p" + string(rune('a'+pid%26)), Weight: weight, Events: events, Samples: 3}
 }
 
+// The stacks the constructed windows' groups name, by id.
+const (
+	stackSpin      = 1  // user: spin_in_culprit < main, in /bin/spinner
+	stackCompiler  = 2  // user: many functions
+	stackDiskWait  = 3  // kernel: io_schedule < ... < vfs_write
+	stackPipeWait  = 4  // kernel: anon_pipe_read
+	stackFutex     = 5  // kernel: futex wait
+	stackGoPark    = 6  // user: runtime.futex < runtime.futexsleep
+	stackMutex     = 7  // user: __lll_lock_wait < take_the_lock < main
+	stackFault     = 8  // kernel: page fault allocation
+	stackSock      = 9  // kernel: skb allocation
+	stackRetry     = 10 // user: connect < retry_forever < main
+	stackSender    = 11 // user: kill < send_signals < main
+	stackKthread   = 12 // kernel: worker_thread < kthread
+	stackPeerWait  = 13 // kernel: sk_wait_data < tcp_recvmsg
+	stackWriter    = 14 // user: __libc_pwrite < write_blocks < main
+	stackCacheFill = 15 // kernel: filemap_add_folio (page cache)
+)
+
+var testStacks = &Stacks{m: map[uint64]*Stack{
+	stackSpin:      {Kind: "user", Frames: []string{"spin_in_culprit", "main"}, Modules: []string{"/bin/spinner", "/bin/spinner"}},
+	stackDiskWait:  {Kind: "kernel", Frames: []string{"io_schedule", "folio_wait_bit_common", "filemap_fdatawait", "vfs_write"}},
+	stackPipeWait:  {Kind: "kernel", Frames: []string{"anon_pipe_read", "vfs_read", "ksys_read"}},
+	stackFutex:     {Kind: "kernel", Frames: []string{"futex_do_wait", "__futex_wait", "futex_wait", "do_futex"}},
+	stackGoPark:    {Kind: "user", Frames: []string{"runtime.futex", "runtime.futexsleep", "runtime.notesleep"}, Modules: []string{"/bin/go", "/bin/go", "/bin/go"}},
+	stackMutex:     {Kind: "user", Frames: []string{"__lll_lock_wait", "take_the_lock", "main"}, Modules: []string{"/lib/libc.so.6", "/bin/locker", "/bin/locker"}},
+	stackFault:     {Kind: "kernel", Frames: []string{"__alloc_frozen_pages_noprof", "alloc_pages_mpol", "vma_alloc_folio_noprof", "do_anonymous_page", "__handle_mm_fault"}},
+	stackSock:      {Kind: "kernel", Frames: []string{"__alloc_frozen_pages_noprof", "alloc_pages_mpol", "skb_page_frag_refill", "unix_stream_sendmsg"}},
+	stackRetry:     {Kind: "user", Frames: []string{"connect", "retry_forever", "main"}, Modules: []string{"/lib/libc.so.6", "/bin/retrier", "/bin/retrier"}},
+	stackSender:    {Kind: "user", Frames: []string{"kill", "send_signals", "main"}, Modules: []string{"/lib/libc.so.6", "/bin/stormer", "/bin/stormer"}},
+	stackKthread:   {Kind: "kernel", Frames: []string{"worker_thread", "kthread", "ret_from_fork"}},
+	stackPeerWait:  {Kind: "kernel", Frames: []string{"wait_woken", "sk_wait_data", "tcp_recvmsg_locked", "tcp_recvmsg"}},
+	stackWriter:    {Kind: "user", Frames: []string{"__libc_pwrite", "write_blocks", "main"}, Modules: []string{"/lib/libc.so.6", "/bin/writer", "/bin/writer"}},
+	stackCacheFill: {Kind: "kernel", Frames: []string{"__alloc_frozen_pages_noprof", "filemap_alloc_folio", "__filemap_get_folio", "ext4_write_begin"}},
+}}
+
+func init() {
+	// A compiler's time is spread over many functions: stacks 100..119.
+	for k := 0; k < 20; k++ {
+		testStacks.m[uint64(100+k)] = &Stack{Kind: "user", Frames: []string{fmt.Sprintf("compile_pass_%d", k), "main"}, Modules: []string{"/bin/cc", "/bin/cc"}}
+	}
+}
+
+// add appends groups to the window, one per interval from first to last,
+// and sums them into Procs.
+func add(w *Window, first, last int, g Group) {
+	for i := first; i <= last; i++ {
+		g.Interval = i
+		if g.FirstNs == 0 && g.LastNs == 0 {
+			g.FirstNs, g.LastNs = w.Intervals[i].StartNs, w.Intervals[i].EndNs-1
+		}
+		w.Groups = append(w.Groups, g)
+		g.FirstNs, g.LastNs = 0, 0
+	}
+	w.sumProcs()
+	w.profiles = nil
+}
+
 func run(t *testing.T, f Filter, w *Window) []Finding {
 	t.Helper()
 	got, skipped := Evaluate(w, []Filter{f})
@@ -32,8 +92,8 @@ func run(t *testing.T, f Filter, w *Window) []Finding {
 	return got
 }
 
-func ruleNamed(t *testing.T, name string) Filter {
-	for _, f := range Rules(DefaultLevels) {
+func filterNamed(t *testing.T, name string) Filter {
+	for _, f := range append(Rules(DefaultLevels), Detectors(DefaultLevels)...) {
 		if f.Name() == name {
 			return f
 		}
@@ -42,93 +102,201 @@ func ruleNamed(t *testing.T, name string) Filter {
 	return nil
 }
 
+// TestRulesOnConstructedSeries: each rule and detector on a window built to
+// show it next to look-alikes that are normal, with the severity on the
+// scale doc.go describes and the culprit it names.
 func TestRulesOnConstructedSeries(t *testing.T) {
 	cases := []struct {
-		rule    string
-		build   func(w *Window)
-		want    []string // subject@first-last
-		summary string
+		rule     string
+		n        int
+		build    func(w *Window)
+		want     []string // subject@first-last
+		summary  string
+		severity float64 // of the first finding, within 0.02
+		function string  // the first finding's culprit function
 	}{
-		{"rule1-busy-loop", func(w *Window) {
+		{"rule1-busy-loop", 8, func(w *Window) {
 			w.Vitals["cpu"].Weight[2] = 1.8e6 // 90% of 2 CPUs, no L2 misses
 			w.Vitals["cpu"].Weight[3] = 1.8e6
 			w.Vitals["l2"].Weight[3] = 1e6 // 555 misses per CPU-ms: memory traffic, not a busy loop
-		}, []string{"cpu@2-2"}, "busy loop"},
-		{"rule2-leak", func(w *Window) {
+		}, []string{"cpu@2-2"}, "busy loop", 0.9, ""},
+		{"rule2-leak", 8, func(w *Window) {
 			for i := 1; i <= 6; i++ { // 100 pages net per interval from 1 to 6
 				w.Vitals["kmem"].Weight[i], w.Vitals["kmem"].Secondary[i] = 150, 50
 				w.FreeKB[i] = float64(10000 - 400*i)
 			}
 			w.Procs = append(w.Procs, proc(3, "kmem", 7, 150, 150))
-		}, []string{"kmem@1-6"}, "free memory fell from 9600 to 7600 KiB"},
-		{"rule3-unsatisfied-io", func(w *Window) {
-			w.Unsatisfied = []IORequest{{SampleRef: SampleRef{Interval: 4, Pid: 9}, Dev: "8:0", Op: "read", Sector: 64, Requested: 4096, Completed: 512}}
-		}, []string{"dev 8:0@4-4"}, "completed 512 bytes"},
-		{"rule4-kernel-bottleneck", func(w *Window) {
+		}, []string{"kmem@1-6"}, "free memory fell from 9600 to 7600 KiB", 0, ""},
+		{"rule3-unsatisfied-io", 8, func(w *Window) {
+			w.Unsatisfied = []IORequest{{SampleRef: SampleRef{Interval: 4, Pid: 9}, Dev: "8:0", Op: "read", Sector: 64, Requested: 4096, Completed: 512, Error: 10}}
+		}, []string{"dev 8:0@4-4"}, "completed 512 bytes", 1, ""},
+		{"rule4-kernel-bottleneck", 8, func(w *Window) {
 			w.Vitals["cpu"].Weight[5], w.KernelCPU[5], w.Vitals["sched"].Weight[5] = 1.9e6, 0.8, 0.5e6
 			w.Vitals["cpu"].Weight[6], w.KernelCPU[6], w.Vitals["sched"].Weight[6] = 1.9e6, 0.2, 0.5e6 // user-space busy
-		}, []string{"kernel@5-5"}, "kernel bottleneck"},
-		{"rule5-blocking", func(w *Window) {
-			w.Procs = append(w.Procs,
-				proc(2, "blck", 11, 0.9e6, 100), proc(2, "blio", 11, 4<<20, 100), // blocked, mirrored by blio
-				proc(3, "blck", 11, 0.9e6, 100), proc(3, "blio", 11, 4<<20, 100),
-				proc(2, "blck", 12, 0.95e6, 50),                            // blocked on a pipe: not mirrored, normal
-				proc(2, "blck", 13, 0.1e6, 10), proc(2, "lock", 13, 10, 1), // barely blocked
-				proc(2, "blck", 14, 1.5e6, 300), proc(2, "lock", 14, 500, 2), // idle threads parked, a moment of lock contention
-				proc(3, "blck", 15, 2.5e6, 300), proc(3, "lock", 15, 2e6, 200)) // blocked on a lock
-		}, []string{"pid 11 (pl)@2-3", "pid 15 (pp)@3-3"}, "mirrored by"},
-		{"rule6-swapping", func(w *Window) {
-			w.Procs = append(w.Procs, proc(1, "umem", 20, 5000, 5000), proc(1, "blck", 20, 0.7e6, 10), proc(1, "blio", 20, 8<<20, 10),
-				proc(2, "umem", 21, 5000, 5000), proc(2, "blck", 21, 0.1e6, 10)) // faults without blocking: plenty of memory
-		}, []string{"pid 20 (pu)@1-1"}, "swapping"},
-		{"rule7-held", func(w *Window) {
-			w.Vitals["cpu"].Weight[1] = 0.2e6 // machine idle
-			w.Procs = append(w.Procs, proc(1, "sched", 30, 0.4e6, 10), proc(1, "cpu", 30, 0.01e6, 10),
-				proc(1, "sched", 31, 0.4e6, 10), proc(1, "cpu", 31, 0.5e6, 10)) // runs a lot: not held
-		}, []string{"pid 30 (pe)@1-1"}, "abnormally"},
-		{"rule8-syscall-loop", func(w *Window) {
-			w.Procs = append(w.Procs, proc(3, "syscall", 40, 1e5, 50000),
-				proc(3, "syscall", 41, 1e5, 50000), proc(3, "kmem", 41, 5000, 5000)) // allocates: real work
-		}, []string{"pid 40 (po)@3-3"}, "busy loop around a system call"},
-		{"rule10-disappeared", func(w *Window) {
-			for i := 0; i < 4; i++ {
-				w.Procs = append(w.Procs, proc(i, "cpu", 50, 1e3, 1), proc(i, "cpu", 51, 1e3, 1))
+		}, []string{"kernel@5-5"}, "kernel bottleneck", 0.76, ""},
+		{"rule5-blocking", 8, func(w *Window) {
+			// Waits for the disk 90% of the time: reported, in the
+			// function of its own code above the C library.
+			add(w, 2, 3, Group{Vital: "blck", Pid: 11, Comm: "writer", Exe: "/bin/writer", KStack: stackDiskWait, UStack: stackWriter, Weight: 0.9e6, Events: 100, Samples: 5, Threads: 1})
+			add(w, 2, 3, Group{Vital: "blio", Pid: 11, Comm: "writer", Exe: "/bin/writer", UStack: stackWriter, Weight: 4 << 20, Events: 100, Samples: 5, Threads: 1})
+			// On a pipe: waiting for work, normal.
+			add(w, 2, 2, Group{Vital: "blck", Pid: 12, Comm: "sh", Exe: "/bin/sh", KStack: stackPipeWait, Weight: 0.95e6, Events: 50, Samples: 5, Threads: 1})
+			// A Go runtime's parked threads: 30 s/s in futex waits.
+			add(w, 2, 2, Group{Vital: "blck", Pid: 14, Comm: "go", Exe: "/bin/go", KStack: stackFutex, UStack: stackGoPark, Weight: 30e6, Events: 300, Samples: 9, Threads: 30})
+			// Threads waiting for a mutex: 2.5 s/s over 4 threads.
+			add(w, 3, 3, Group{Vital: "blck", Pid: 15, Comm: "locker", Exe: "/bin/locker", KStack: stackFutex, UStack: stackMutex, Weight: 2.5e6, Events: 300, Samples: 9, Threads: 4})
+			// A kernel thread waiting for the disk on others' behalf.
+			add(w, 2, 3, Group{Vital: "blck", Pid: 16, Comm: "jbd2/vda", Exe: "[kernel]", KStack: stackDiskWait, Weight: 0.9e6, Events: 10, Samples: 3, Threads: 1})
+			// Barely blocked.
+			add(w, 2, 2, Group{Vital: "blck", Pid: 13, Comm: "dd", Exe: "/bin/dd", KStack: stackDiskWait, Weight: 0.05e6, Events: 10, Samples: 3, Threads: 1})
+		}, []string{"pid 11 (writer) disk@2-3", "pid 15 (locker) lock@3-3"}, "waits for the disk in write_blocks 90% of the time", 0.9, "write_blocks"},
+		{"rule6-swapping", 8, func(w *Window) {
+			add(w, 1, 1, Group{Vital: "umem", Pid: 20, Comm: "pager", Exe: "/bin/pager", Weight: 5000, Events: 5000, Samples: 9, Threads: 1})
+			add(w, 1, 1, Group{Vital: "blck", Pid: 20, Comm: "pager", Exe: "/bin/pager", KStack: stackDiskWait, Weight: 0.7e6, Events: 10, Samples: 9, Threads: 1})
+			add(w, 1, 1, Group{Vital: "blio", Pid: 20, Comm: "pager", Exe: "/bin/pager", Weight: 8 << 20, Events: 10, Samples: 9, Threads: 1})
+			// Faults without blocking: plenty of memory.
+			add(w, 2, 2, Group{Vital: "umem", Pid: 21, Comm: "toucher", Exe: "/bin/toucher", Weight: 5000, Events: 5000, Samples: 9, Threads: 1})
+		}, []string{"pid 20 (pager)@1-1"}, "swapping", 0.7, ""},
+		{"rule7-held", 8, func(w *Window) {
+			// Wakes to do a little and waits 0.4 s/s for a CPU behind a
+			// spinner: held; the spinner is the culprit.
+			add(w, 1, 1, Group{Vital: "sched", Pid: 30, Comm: "ticker", Exe: "/bin/ticker", Weight: 0.4e6, Events: 1000, Samples: 9, Threads: 1})
+			add(w, 1, 1, Group{Vital: "cpu", Pid: 30, Comm: "ticker", Exe: "/bin/ticker", Weight: 0.01e6, Events: 1, Samples: 1})
+			add(w, 1, 1, Group{Vital: "cpu", Pid: 32, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Weight: 1.9e6, Events: 190, Samples: 9})
+			// Preempted while running, as much: fair sharing, normal.
+			add(w, 1, 1, Group{Vital: "sched", Pid: 31, Comm: "cruncher", Exe: "/bin/cruncher", Preempted: true, Weight: 0.4e6, Events: 100, Samples: 9, Threads: 1})
+			add(w, 1, 1, Group{Vital: "cpu", Pid: 31, Comm: "cruncher", Exe: "/bin/cruncher", Weight: 0.05e6, Events: 5, Samples: 9})
+		}, []string{"pid 30 (ticker)@1-1"}, "waited 0.40 s/s for a CPU after waking, 98% of the time it wanted one while pid 32 (spinner) used 1.90 CPUs in spin_in_culprit", 0.4, "spin_in_culprit"},
+		{"rule8-syscall-loop", 8, func(w *Window) {
+			add(w, 3, 3, Group{Vital: "syscall", Pid: 40, Comm: "looper", Exe: "/bin/looper", Syscall: 0, Weight: 1e5, Events: 50000, Samples: 9})
+			add(w, 3, 3, Group{Vital: "cpu", Pid: 40, Comm: "looper", Exe: "/bin/looper", Weight: 1e6, Events: 100, Samples: 9})
+			add(w, 3, 3, Group{Vital: "syscall", Pid: 41, Comm: "worker", Exe: "/bin/worker", Syscall: 0, Weight: 1e5, Events: 50000, Samples: 9})
+			add(w, 3, 3, Group{Vital: "kmem", Pid: 41, Comm: "worker", Exe: "/bin/worker", KStack: stackSock, Weight: 5000, Events: 5000, Samples: 9}) // allocates: real work
+		}, []string{"pid 40 (looper)@3-3"}, "busy loop around a system call", 0.5, ""},
+		{"rule10-died", 8, func(w *Window) {
+			for _, pid := range []uint32{50, 51, 52, 53} {
+				add(w, 0, 3, Group{Vital: "cpu", Pid: pid, Comm: "worker", Exe: "/bin/worker", UStack: stackSpin, Weight: 1e3, Events: 1, Samples: 1})
 			}
-			w.Procs = append(w.Procs, proc(4, "cpu", 51, 1e3, 1))
-			w.Signals = []SignalEvent{{SampleRef: SampleRef{Interval: 4, Pid: 1}, Comm: "killer", Signal: 9, TargetPid: 50}}
-		}, []string{"pid 50 (py)@4-4", "pid 51 (pz)@5-5"}, "SIGKILL from pid 1 (killer)"},
+			w.Signals = []SignalEvent{
+				{SampleRef: SampleRef{Interval: 4, Pid: 1}, Comm: "killer", Signal: 9, TargetPid: 50},
+				{SampleRef: SampleRef{Interval: 3, Pid: 51}, Comm: "worker", Signal: 11, TargetPid: 51}}
+			w.Exits = []SampleRef{{Interval: 3, Pid: 52}} // exited: normal; 53 went quiet: idle
+		}, []string{"pid 51 (worker)@3-3", "pid 50 (worker)@4-4"}, "SIGSEGV from pid 51 (worker): crashed", 1, "spin_in_culprit"},
+		{"busy-loop", 8, func(w *Window) {
+			add(w, 2, 3, Group{Vital: "cpu", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.9e6, Events: 90, Samples: 9})
+			add(w, 2, 3, Group{Vital: "sched", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Preempted: true, Weight: 0.1e6, Events: 90, Samples: 9, Threads: 1})
+			add(w, 2, 3, Group{Vital: "syscall", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", Syscall: 228, Weight: 10, Events: 10, Samples: 2})
+			// A compiler as busy, over twenty functions: work, not a loop.
+			for k := 0; k < 20; k++ {
+				add(w, 2, 3, Group{Vital: "cpu", Pid: 61, Comm: "cc", Exe: "/bin/cc", UStack: uint64(100 + k), Weight: 0.05e6, Events: 5, Samples: 2})
+			}
+			// Spinning as tightly, but reading a socket: progress.
+			add(w, 2, 2, Group{Vital: "cpu", Pid: 62, Comm: "reader", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.9e6, Events: 90, Samples: 9})
+			add(w, 2, 2, Group{Vital: "sock", Pid: 62, Comm: "reader", Exe: "/bin/spinner", Weight: 50 << 20, Events: 9000, Samples: 9})
+		}, []string{"pid 60 (spinner)@2-3"}, "spins in spin_in_culprit", 0.5, "spin_in_culprit"},
+		{"busy-loop", 8, func(w *Window) {
+			// On a machine busy with others the loop gets a fifth of the
+			// CPU it demands: it waits to run the rest of the time.
+			add(w, 2, 3, Group{Vital: "cpu", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.2e6, Events: 20, Samples: 9})
+			add(w, 2, 3, Group{Vital: "sched", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Preempted: true, Weight: 0.6e6, Events: 90, Samples: 9, Threads: 1})
+			// Waiting as long to run, but getting almost none: too little
+			// of its time seen to judge how it spends it.
+			add(w, 2, 3, Group{Vital: "cpu", Pid: 64, Comm: "starved", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.03e6, Events: 3, Samples: 3})
+			add(w, 2, 3, Group{Vital: "sched", Pid: 64, Comm: "starved", Exe: "/bin/spinner", UStack: stackSpin, Preempted: true, Weight: 0.6e6, Events: 90, Samples: 9, Threads: 1})
+		}, []string{"pid 60 (spinner)@2-3"}, "spins in spin_in_culprit", 0.4, "spin_in_culprit"},
+		{"failing-syscall", 40, func(w *Window) {
+			// connect refused 5000 times a second for 20 s, between
+			// sleeps: half its calls.
+			add(w, 5, 24, Group{Vital: "syscall", Pid: 70, Comm: "retrier", Exe: "/bin/retrier", UStack: stackRetry, Syscall: 42, Failed: true, Errno: 111, Weight: 5e4, Events: 5000, Samples: 9})
+			add(w, 5, 24, Group{Vital: "syscall", Pid: 70, Comm: "retrier", Exe: "/bin/retrier", Syscall: 35, Weight: 3e5, Events: 5000, Samples: 9})
+			add(w, 5, 24, Group{Vital: "cpu", Pid: 70, Comm: "retrier", Exe: "/bin/retrier", InKernel: true, Weight: 0.3e6, Events: 30, Samples: 9})
+			// A compiler probing paths: as many failures, for 2 s, with
+			// its work in user space.
+			add(w, 10, 11, Group{Vital: "syscall", Pid: 71, Comm: "cc", Exe: "/bin/cc", Syscall: 89, Failed: true, Errno: 22, Weight: 1e3, Events: 900, Samples: 9})
+			add(w, 10, 11, Group{Vital: "cpu", Pid: 71, Comm: "cc", Exe: "/bin/cc", UStack: 100, Weight: 0.9e6, Events: 90, Samples: 9})
+			// Timed waits that time out: not failures.
+			add(w, 5, 24, Group{Vital: "syscall", Pid: 72, Comm: "pool", Exe: "/bin/pool", Syscall: 202, Failed: true, Errno: 110, Weight: 1e6, Events: 300, Samples: 9})
+		}, []string{"pid 70 (retrier)@5-24"}, "retries connect in retry_forever that fails with ECONNREFUSED: 5000 failed calls/s for 20 s", 0.5, "retry_forever"},
+		{"memory-leak", 100, func(w *Window) {
+			for i := 0; i < 100; i++ {
+				w.FreeKB[i] = 8 << 20 // 8 GiB free
+			}
+			// 10 MiB/s of user memory for 40 s while the machine grows.
+			for i := 10; i < 50; i++ {
+				w.Vitals["kmem"].Weight[i], w.Vitals["kmem"].Secondary[i] = 3000, 400
+			}
+			add(w, 10, 49, Group{Vital: "kmem", Pid: 80, Comm: "leaker", Exe: "/bin/leaker", KStack: stackFault, UStack: stackSpin, Weight: 2560, Events: 2560, Samples: 9})
+			// Allocating and freeing as fast, for as long, later: the
+			// machine does not grow.
+			add(w, 55, 94, Group{Vital: "kmem", Pid: 81, Comm: "churner", Exe: "/bin/churner", KStack: stackFault, Weight: 2560, Events: 2560, Samples: 9})
+			for i := 55; i < 95; i++ {
+				w.Vitals["kmem"].Weight[i], w.Vitals["kmem"].Secondary[i] = 2600, 2600
+			}
+			// Page cache grows as fast alongside the leak: the kernel
+			// takes it back when it must.
+			add(w, 10, 49, Group{Vital: "kmem", Pid: 82, Comm: "writer", Exe: "/bin/writer", KStack: stackCacheFill, Weight: 2560, Events: 2560, Samples: 9})
+			// A compiler growing its heap for 10 s, then gone.
+			add(w, 20, 29, Group{Vital: "kmem", Pid: 83, Comm: "cc", Exe: "/bin/cc", KStack: stackFault, Weight: 2560, Events: 2560, Samples: 9})
+		}, []string{"pid 80 (leaker)@10-49"}, "keeps allocating user memory in spin_in_culprit: 10.0 MiB/s for 40 s", 1, "spin_in_culprit"},
+		{"signal-storm", 8, func(w *Window) {
+			add(w, 2, 2, Group{Vital: "signal", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Target: 91, Weight: 50000, Events: 50000, Samples: 9})
+			add(w, 2, 2, Group{Vital: "cpu", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Weight: 0.5e6, Events: 50, Samples: 9})
+			add(w, 2, 2, Group{Vital: "cpu", Pid: 91, Comm: "stormer", Exe: "/bin/stormer", Weight: 0.3e6, Events: 30, Samples: 9})
+			// A runtime preempting its own threads, as often.
+			add(w, 2, 2, Group{Vital: "signal", Pid: 92, Comm: "go", Exe: "/bin/go", Target: 92, Weight: 50000, Events: 50000, Samples: 9})
+		}, []string{"pid 90 (stormer)@2-2"}, "sends 50000 signals/s from send_signals to pid 91", 0.4, "send_signals"},
 	}
 	for _, c := range cases {
 		t.Run(c.rule, func(t *testing.T) {
-			w := window(8)
+			w := window(c.n)
 			c.build(w)
-			got := run(t, ruleNamed(t, c.rule), w)
+			got := run(t, filterNamed(t, c.rule), w)
 			var subjects []string
 			for _, f := range got {
-				subjects = append(subjects, f.Subject+"@"+itoa(f.First)+"-"+itoa(f.Last))
+				subjects = append(subjects, fmt.Sprintf("%s@%d-%d", f.Subject, f.First, f.Last))
 			}
 			if strings.Join(subjects, ",") != strings.Join(c.want, ",") {
 				t.Fatalf("findings %v, want %v: %+v", subjects, c.want, got)
 			}
-			if !strings.Contains(got[0].Summary, c.summary) {
-				t.Errorf("summary %q lacks %q", got[0].Summary, c.summary)
+			f := got[0]
+			if !strings.Contains(f.Summary, c.summary) {
+				t.Errorf("summary %q lacks %q", f.Summary, c.summary)
 			}
-			if got[0].StartNs != int64(got[0].First)*1e9 || got[0].EndNs != int64(got[0].Last+1)*1e9 {
-				t.Errorf("time range %d-%d for intervals %d-%d", got[0].StartNs, got[0].EndNs, got[0].First, got[0].Last)
+			if f.StartNs != int64(f.First)*1e9 || f.EndNs != int64(f.Last+1)*1e9 {
+				t.Errorf("time range %d-%d for intervals %d-%d", f.StartNs, f.EndNs, f.First, f.Last)
+			}
+			if math.Abs(f.Severity-c.severity) > 0.02 || f.Resource == "" {
+				t.Errorf("severity %.3f (resource %q), want %.2f", f.Severity, f.Resource, c.severity)
+			}
+			if c.function != "" && (f.Culprit == nil || f.Culprit.Function != c.function) {
+				t.Errorf("culprit %+v, want function %s", f.Culprit, c.function)
 			}
 		})
 	}
 }
 
-func itoa(i int) string { return string(rune('0' + i)) }
+// TestMonitorIsNotASubject: holter's own processes are left out of the
+// findings unless asked for.
+func TestMonitorIsNotASubject(t *testing.T) {
+	w := window(4)
+	add(w, 1, 2, Group{Vital: "cpu", Pid: 5, Comm: "holter", Exe: "/usr/bin/holter", UStack: stackSpin, Weight: 0.9e6, Events: 90, Samples: 9})
+	if got := run(t, filterNamed(t, "busy-loop"), w); len(got) != 0 {
+		t.Fatalf("the monitor is a subject: %+v", got)
+	}
+	w.IncludeSelf, w.profiles = true, nil
+	if got := run(t, filterNamed(t, "busy-loop"), w); len(got) != 1 {
+		t.Fatalf("asked for, the monitor is not a subject: %+v", got)
+	}
+}
 
-func TestRule9InitialisationAndLoad(t *testing.T) {
+func TestRule9LoadButNotInitialisation(t *testing.T) {
 	w := window(3)
 	w.Vitals["cpu"].Weight[0], w.Vitals["cpu"].Weight[1] = 1e6, 1e6
 	w.Vitals["l2"].Weight[1] = 1e6 // 1000 misses per CPU-ms
 	w.Procs = append(w.Procs, proc(0, "umem", 60, 5000, 5000), proc(1, "umem", 60, 5000, 5000))
-	got := run(t, ruleNamed(t, "rule9-init-or-load"), w)
-	if len(got) != 2 || !strings.Contains(got[0].Summary, "initialising") || !strings.Contains(got[1].Summary, "increasing load") {
+	got := run(t, filterNamed(t, "rule9-init-or-load"), w)
+	// Initialising (interval 0, few misses) is normal: not a finding.
+	if len(got) != 1 || got[0].First != 1 || !strings.Contains(got[0].Summary, "increasing load") || got[0].Severity != 0 {
 		t.Fatalf("%+v", got)
 	}
 }
@@ -137,8 +305,7 @@ func TestUnavailableVitalsAreReported(t *testing.T) {
 	w := window(4)
 	delete(w.Vitals, "l2")
 	w.Unavailable["l2"] = "unsupported: no hardware PMU"
-	found, skipped := Evaluate(w, DefaultFilters(nil))
-	_ = found
+	_, skipped := Evaluate(w, DefaultFilters(nil))
 	want := map[string]bool{"ewma:l2 weight/s": true, "rule1-busy-loop": true, "rule9-init-or-load": true}
 	if len(skipped) != len(want) {
 		t.Fatalf("skipped %+v", skipped)
@@ -160,7 +327,7 @@ func TestThresholdAndEWMAFilters(t *testing.T) {
 	w.Vitals["blio"].Weight[8] = 50e6
 	w.Procs = append(w.Procs, proc(8, "blio", 70, 45e6, 90), proc(8, "blio", 71, 5e6, 10))
 	storm := 100.0
-	got := run(t, Threshold{Label: "signal-storm", Measure: EventRate("signal"), Above: &storm}, w)
+	got := run(t, Threshold{Label: "signal-rate", Measure: EventRate("signal"), Above: &storm}, w)
 	if len(got) != 1 || got[0].First != 7 || got[0].Evidence[0].Value != 500 {
 		t.Fatalf("storm %+v", got)
 	}
@@ -168,12 +335,29 @@ func TestThresholdAndEWMAFilters(t *testing.T) {
 	if len(got) != 1 || got[0].First != 8 || got[0].Processes[0].Pid != 70 || got[0].Subject != "blio" {
 		t.Fatalf("ewma %+v", got)
 	}
-	if math.IsInf(got[0].Score, 0) || !strings.Contains(got[0].Summary, "rose to 5e+07") {
+	if math.IsInf(got[0].Score, 0) || !strings.Contains(got[0].Summary, "rose to 5e+07") || got[0].Severity != 0 || got[0].Resource != ResourceDisk {
 		t.Fatalf("ewma %+v", got[0])
 	}
 	// Reported only from ReportFrom on.
 	w.ReportFrom = 9
 	if got := run(t, EWMAFilter{Measure: WeightRate("blio")}, w); len(got) != 0 {
 		t.Fatalf("reported before ReportFrom: %+v", got)
+	}
+}
+
+// TestEWMAOnAFlatZeroBaseline: a vital at zero since the start (variance
+// 0) and a blip on it. Without a floor on σ the blip was infinitely many
+// deviations away; with the measure's floor a small blip is noise and a
+// large rise a finite number of σ.
+func TestEWMAOnAFlatZeroBaseline(t *testing.T) {
+	w := window(10)
+	w.Vitals["kmem"].Weight[8], w.Vitals["kmem"].Events[8] = 18, 18 // 18 pages/s
+	if got := run(t, EWMAFilter{Measure: WeightRate("kmem")}, w); len(got) != 0 {
+		t.Fatalf("a blip of 18 pages/s on a flat zero is a finding: %+v", got)
+	}
+	w.Vitals["kmem"].Weight[8], w.Vitals["kmem"].Events[8] = 1e5, 1e5
+	got := run(t, EWMAFilter{Measure: WeightRate("kmem")}, w)
+	if len(got) != 1 || math.IsInf(got[0].Score, 0) || got[0].Score > 1e3 || strings.Contains(got[0].Summary, "Inf") {
+		t.Fatalf("a rise on a flat zero: %+v", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,12 +78,25 @@ type Window struct {
 	// Unsatisfied are sampled block requests that completed fewer bytes
 	// than they asked for, or failed (Rule #3).
 	Unsatisfied []IORequest
-	// Signals are sampled signals (Rule #10); Exits sampled exit syscalls.
+	// Signals are sampled fatal signals (Rule #10); Exits the first
+	// sampled exit or exit_group of each process in each interval.
 	Signals []SignalEvent
 	Exits   []SampleRef
+	// Groups are the samples of each process, vital and pair of stacks
+	// per interval, from interval SampledFrom on (see Load); Procs sums
+	// them per process and vital.
+	Groups      []Group
+	SampledFrom int
+	// Stacks holds the frames of the groups' stacks.
+	Stacks *Stacks
 	// ReportFrom is the first interval findings are reported for; earlier
 	// ones are history (a detector's warm-up, a rule's baseline).
 	ReportFrom int
+	// IncludeSelf makes the monitor's own processes (IsMonitor) subjects
+	// of findings too.
+	IncludeSelf bool
+
+	profiles map[int][]*Profile
 }
 
 // IORequest is a sampled block request.
@@ -125,6 +139,11 @@ type LoadOptions struct {
 	ReportFrom time.Time
 	// CPUs defaults to 1.
 	CPUs int
+	// SamplesFrom: the samples of intervals starting before it are not
+	// read, only the vitals' exact totals; zero reads every interval's.
+	SamplesFrom time.Time
+	// Stacks caches stacks' frames across loads; nil makes a new cache.
+	Stacks *Stacks
 }
 
 // Vitals are the vital sign names the store may hold, in the recorder's
@@ -168,8 +187,11 @@ func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
 		}
 		o.Host = fmt.Sprint(res.Rows[0][0])
 	}
+	if o.Stacks == nil {
+		o.Stacks = NewStacks()
+	}
 	w := &Window{Host: o.Host, Timescale: o.Timescale, Vitals: map[string]*VitalSeries{},
-		Unavailable: map[string]string{}, CPUs: o.CPUs}
+		Unavailable: map[string]string{}, CPUs: o.CPUs, Stacks: o.Stacks}
 	from, to := o.From.UnixNano(), o.To.UnixNano()
 	host := sqlString(o.Host)
 	var series string
@@ -226,8 +248,12 @@ func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
 	// started mid-epoch shows first in that epoch, and a detector judges
 	// a change at its onset.
 	w.ReportFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].EndNs > o.ReportFrom.UnixNano() })
-	if err := w.loadSamples(ctx, q, index, width, from, to); err != nil {
-		return nil, err
+	w.SampledFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].StartNs >= o.SamplesFrom.UnixNano() })
+	w.KernelCPU, w.FreeKB = nans(n), nans(n)
+	if w.SampledFrom < n {
+		if err := w.loadSamples(ctx, q, index, width, max(from, w.Intervals[w.SampledFrom].StartNs), to); err != nil {
+			return nil, err
+		}
 	}
 	return w, nil
 }
@@ -251,10 +277,26 @@ func representedCTE(host string, width, from, to int64, where string) string {
 	return represented(host, width, from, to, where, "s.*")
 }
 
+// byProcessLabel and byLabel are how represented partitions samples: by
+// label and process, or by label alone. A sample stands for its label's
+// weight since the label's previous sample, whichever process that was
+// in: when labels carry no pid (one label for every process running the
+// same code) the label alone is right, and when they carry one, the two
+// are the same.
+const (
+	byProcessLabel = "s.epoch, s.vital, s.label_hash, s.pid"
+	byLabel        = "s.epoch, s.vital, s.label_hash"
+)
+
 // represented is representedCTE with the samples' columns it keeps (cols,
 // of samples s; other expressions may use the window w, a label's samples
 // in the order the sketch counted them).
 func represented(host string, width, from, to int64, where, cols string) string {
+	return representedBy(host, width, from, to, where, cols, byProcessLabel)
+}
+
+// representedBy is represented with the window's partition.
+func representedBy(host string, width, from, to int64, where, cols, partition string) string {
 	if where != "" {
 		where = " AND " + where
 	}
@@ -263,81 +305,9 @@ func represented(host string, width, from, to int64, where, cols string) string 
 			greatest(CAST(s.est_count AS DOUBLE) - coalesce(lag(CAST(s.est_count AS DOUBLE)) OVER w, 0), 0) AS dw
 		FROM samples s JOIN epochs e ON e.host = s.host AND e.epoch = s.epoch
 		WHERE s.host = %s AND e.start_ns >= %d AND e.start_ns < %d%s
-		WINDOW w AS (PARTITION BY s.epoch, s.vital, s.label_hash, s.pid ORDER BY s.est_count, s.ts_ns)),
+		WINDOW w AS (PARTITION BY %s ORDER BY s.est_count, s.ts_ns)),
 	r AS (SELECT *, dw / greatest(CAST(weight AS DOUBLE), 1) AS de FROM s)`,
-		bucketExpr(width), cols, sqlString(host), from-from%max(width, 1), to, where)
-}
-
-func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int, width, from, to int64) error {
-	n := len(w.Intervals)
-	cte := representedCTE(w.Host, width, from, to, "")
-	res, err := q.Query(ctx, cte+`, p AS (SELECT b, vital, pid, any_value(comm) AS comm, any_value(exe) AS exe,
-			sum(dw) AS dw, sum(de) AS de, count(*) AS n FROM r GROUP BY b, vital, pid)
-		SELECT b, vital, pid, comm, exe, dw / sum(dw) OVER (PARTITION BY b, vital), de / sum(de) OVER (PARTITION BY b, vital), n
-		FROM p ORDER BY b, vital, dw DESC`)
-	if err != nil {
-		return fmt.Errorf("load processes: %w", err)
-	}
-	for _, r := range res.Rows {
-		i, ok := index[toInt(r[0])]
-		if !ok {
-			continue
-		}
-		vital := fmt.Sprint(r[1])
-		s := w.Vitals[vital]
-		if s == nil || math.IsNaN(s.Weight[i]) {
-			continue
-		}
-		w.Procs = append(w.Procs, ProcStat{Interval: i, Vital: vital, Pid: uint32(toInt(r[2])),
-			Comm: fmt.Sprint(r[3]), Exe: fmt.Sprint(r[4]),
-			Weight: nanZero(toFloat(r[5])) * s.Weight[i], Events: nanZero(toFloat(r[6])) * s.Events[i], Samples: int(toInt(r[7]))})
-	}
-
-	w.KernelCPU, w.FreeKB = nans(n), nans(n)
-	res, err = q.Query(ctx, cte+`SELECT b, sum(dw) FILTER (WHERE vital = 'cpu' AND in_kernel) / nullif(sum(dw) FILTER (WHERE vital = 'cpu'), 0),
-		CAST(min(free_kb) FILTER (WHERE vital IN ('kmem', 'umem')) AS DOUBLE) FROM r GROUP BY b`)
-	if err != nil {
-		return fmt.Errorf("load cpu and memory: %w", err)
-	}
-	for _, r := range res.Rows {
-		if i, ok := index[toInt(r[0])]; ok {
-			w.KernelCPU[i], w.FreeKB[i] = toFloat(r[1]), toFloat(r[2])
-		}
-	}
-
-	res, err = q.Query(ctx, cte+`SELECT b, epoch, ts_ns, pid, comm, coalesce(dev, ''), coalesce(op, ''), coalesce(sector, 0),
-		coalesce(bytes_requested, 0), coalesce(bytes_completed, 0), coalesce(error, 0) FROM r
-		WHERE vital = 'blio' AND (bytes_completed < bytes_requested OR error <> 0) ORDER BY ts_ns LIMIT 1000`)
-	if err != nil {
-		return fmt.Errorf("load block requests: %w", err)
-	}
-	for _, r := range res.Rows {
-		if i, ok := index[toInt(r[0])]; ok {
-			w.Unsatisfied = append(w.Unsatisfied, IORequest{
-				SampleRef: SampleRef{Interval: i, Epoch: toInt(r[1]), TsNs: toInt(r[2]), Vital: "blio", Pid: uint32(toInt(r[3]))},
-				Comm:      fmt.Sprint(r[4]), Dev: fmt.Sprint(r[5]), Op: fmt.Sprint(r[6]), Sector: uint64(toInt(r[7])),
-				Requested: uint64(toInt(r[8])), Completed: uint64(toInt(r[9])), Error: toInt(r[10])})
-		}
-	}
-
-	res, err = q.Query(ctx, cte+`SELECT b, epoch, ts_ns, pid, comm, vital, coalesce(signal, -1), coalesce(target_pid, 0) FROM r
-		WHERE vital = 'signal' OR (vital = 'syscall' AND syscall_nr IN (60, 231)) ORDER BY ts_ns LIMIT 10000`)
-	if err != nil {
-		return fmt.Errorf("load signals and exits: %w", err)
-	}
-	for _, r := range res.Rows {
-		i, ok := index[toInt(r[0])]
-		if !ok {
-			continue
-		}
-		ref := SampleRef{Interval: i, Epoch: toInt(r[1]), TsNs: toInt(r[2]), Vital: fmt.Sprint(r[5]), Pid: uint32(toInt(r[3]))}
-		if ref.Vital == "signal" {
-			w.Signals = append(w.Signals, SignalEvent{SampleRef: ref, Comm: fmt.Sprint(r[4]), Signal: toInt(r[6]), TargetPid: uint32(toInt(r[7]))})
-		} else {
-			w.Exits = append(w.Exits, ref)
-		}
-	}
-	return nil
+		bucketExpr(width), cols, sqlString(host), from-from%max(width, 1), to, where, partition)
 }
 
 func timescaleWidth(name string) (int64, bool) {
@@ -388,11 +358,12 @@ func (w *Window) Proc(i int, vital string, pid uint32) ProcStat {
 	return ProcStat{Interval: i, Vital: vital, Pid: pid}
 }
 
-// ProcsOf lists the process stats of a vital in interval i, largest first.
+// ProcsOf lists the process stats of a vital in interval i, largest first,
+// without the monitor's own (unless w.IncludeSelf).
 func (w *Window) ProcsOf(i int, vital string) []ProcStat {
 	var out []ProcStat
 	for _, p := range w.Procs {
-		if p.Interval == i && p.Vital == vital {
+		if p.Interval == i && p.Vital == vital && (w.IncludeSelf || !IsMonitor(p.Comm, p.Exe)) {
 			out = append(out, p)
 		}
 	}
@@ -472,6 +443,11 @@ func toInt(v any) int64 {
 		if n, err := x.Int64(); err == nil {
 			return n
 		}
+		// A UBIGINT past int64 (a stack id is a 64-bit hash) keeps its
+		// bits: a double would lose the low ones, and the id its stack.
+		if n, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+			return int64(n)
+		}
 	}
 	f := toFloat(v)
 	if math.IsNaN(f) {
@@ -479,3 +455,77 @@ func toInt(v any) int64 {
 	}
 	return int64(f)
 }
+
+// Concat joins windows of consecutive intervals of one host and timescale,
+// oldest first, into one, as if loaded at once: the recorder's online
+// analysis loads each epoch once and judges it with the ones before it.
+// A vital missing from some windows is NaN in their intervals, and
+// unavailable only if missing from all. ReportFrom is the last window's
+// first interval; the windows are not changed.
+func Concat(ws ...*Window) *Window {
+	if len(ws) == 0 {
+		return nil
+	}
+	last := ws[len(ws)-1]
+	out := &Window{Host: last.Host, Timescale: last.Timescale, Vitals: map[string]*VitalSeries{}, Unavailable: map[string]string{},
+		CPUs: last.CPUs, Stacks: last.Stacks, IncludeSelf: last.IncludeSelf}
+	n := 0
+	for _, w := range ws {
+		n += len(w.Intervals)
+	}
+	for _, w := range ws {
+		for v := range w.Vitals {
+			if out.Vitals[v] == nil {
+				out.Vitals[v] = &VitalSeries{Events: nans(n), Weight: nans(n), Secondary: nans(n)}
+			}
+		}
+	}
+	for _, v := range Vitals {
+		if out.Vitals[v] == nil {
+			out.Unavailable[v] = last.Unavailable[v]
+			if out.Unavailable[v] == "" {
+				out.Unavailable[v] = "not recorded in this range"
+			}
+		}
+	}
+	off := 0
+	for k, w := range ws {
+		if k == len(ws)-1 {
+			out.ReportFrom = off
+		}
+		if k == 0 {
+			out.SampledFrom = w.SampledFrom
+		}
+		out.Intervals = append(out.Intervals, w.Intervals...)
+		for v, s := range w.Vitals {
+			o := out.Vitals[v]
+			copy(o.Events[off:], s.Events)
+			copy(o.Weight[off:], s.Weight)
+			copy(o.Secondary[off:], s.Secondary)
+		}
+		out.KernelCPU = append(out.KernelCPU, w.KernelCPU...)
+		out.FreeKB = append(out.FreeKB, w.FreeKB...)
+		out.Groups = appendShifted(out.Groups, w.Groups, func(g *Group) { g.Interval += off })
+		out.Procs = appendShifted(out.Procs, w.Procs, func(p *ProcStat) { p.Interval += off })
+		out.Unsatisfied = appendShifted(out.Unsatisfied, w.Unsatisfied, func(r *IORequest) { r.Interval += off })
+		out.Signals = appendShifted(out.Signals, w.Signals, func(s *SignalEvent) { s.Interval += off })
+		out.Exits = appendShifted(out.Exits, w.Exits, func(e *SampleRef) { e.Interval += off })
+		off += len(w.Intervals)
+	}
+	return out
+}
+
+// appendShifted appends src's elements to dst, each moved to its interval
+// in the joined window by shift.
+func appendShifted[T any](dst, src []T, shift func(*T)) []T {
+	for _, x := range src {
+		shift(&x)
+		dst = append(dst, x)
+	}
+	return dst
+}
+
+// AsInt and AsFloat read a number as the store or a recorder's API returns
+// it (a JSON number from the API); AsFloat reads NULL as NaN, AsInt as 0.
+func AsInt(v any) int64     { return toInt(v) }
+func AsFloat(v any) float64 { return toFloat(v) }

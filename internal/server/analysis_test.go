@@ -14,27 +14,30 @@ import (
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// startAnalysis serves the synthetic recording of startSynth plus two
-// stored findings and a few traces: reads (client → front → storage)
-// and a batched write coalescing two of them.
+// startAnalysis serves the synthetic recording of startSynth, analysed as
+// the recorder's online analysis would have, with two findings, plus a few
+// traces: reads (client → front → storage) and a batched write coalescing
+// two of them.
 func startAnalysis(t *testing.T) (string, *store.Store) {
 	t.Helper()
 	st := synthStore(t)
 	ctx := context.Background()
-	// Findings go in the way the recorder's online analysis stores them.
+	// Findings go in the way the recorder's online analysis stores them,
+	// with the range it analysed: the report reads them instead of
+	// evaluating the epochs again.
 	fs := []findings.Finding{
-		{Rule: "rule5-blocking", Timescale: "epoch", Subject: "pid 200 (blocker)", StartNs: minute(3), EndNs: minute(5), Score: 2,
-			Summary: "blocker blocks", Vitals: []string{"blck"}, Processes: []findings.Process{{Pid: 200, Comm: "blocker"}},
-			Sites:    []findings.Site{{Vital: "blck", Kind: "user", Frames: []string{"leaf_1", "mid_1", "main"}, Weight: 10}},
+		{Rule: "rule5-blocking", Timescale: "epoch", Subject: "pid 200 (blocker) disk", StartNs: minute(3), EndNs: minute(5), Severity: 0.9, Score: 0.9,
+			Resource: findings.ResourceDisk, Summary: "blocker blocks", Vitals: []string{"blck"}, Processes: []findings.Process{{Pid: 200, Comm: "blocker"}},
+			Culprit:  &findings.Culprit{Pid: 200, Comm: "blocker", Exe: "/bin/blocker", Function: "mid_1", User: []string{"leaf_1", "mid_1", "main"}},
 			Evidence: []findings.Evidence{{Name: "blck µs/s", Value: 900, Against: 500, Relation: ">="}}},
-		{Rule: "ewma:cpu", Timescale: "epoch", Subject: "cpu", StartNs: minute(20), EndNs: minute(21), Score: 5,
+		{Rule: "ewma:cpu", Timescale: "epoch", Subject: "cpu", StartNs: minute(20), EndNs: minute(21), Score: 5, Resource: findings.ResourceCPU,
 			Summary: "cpu rose", Vitals: []string{"cpu"}, Processes: []findings.Process{{Pid: 100, Comm: "spinner"}}},
 	}
 	var rows []store.Finding
 	for _, f := range fs {
 		rows = append(rows, f.Row("h"))
 	}
-	if err := st.AddFindings(ctx, rows, 0); err != nil {
+	if err := st.AddAnalysis(ctx, "h", rows, 0, minute(0), minute(30)); err != nil {
 		t.Fatal(err)
 	}
 	b := &store.SpanBatch{}
@@ -79,13 +82,18 @@ func TestFindingsEndpoint(t *testing.T) {
 	if code := fetch(t, base+"/api/findings?"+rangeQ(0, 30), &all); code != 200 {
 		t.Fatalf("status %d", code)
 	}
-	if all.Host != "" || len(all.Findings) != 2 || !reflect.DeepEqual(all.Rules, []string{"ewma:cpu", "rule5-blocking"}) {
+	if all.Host != "" || len(all.Incidents) != 2 || !reflect.DeepEqual(all.Rules, []string{"ewma:cpu", "rule5-blocking"}) {
 		t.Fatalf("findings %+v", all)
 	}
-	f := all.Findings[0]
-	if f.Rule != "rule5-blocking" || f.StartNs != minute(3) || f.EndNs != minute(5) || f.Processes[0].Comm != "blocker" ||
-		f.Sites[0].Frames[0] != "leaf_1" || f.Evidence[0].Value != 900 {
-		t.Errorf("first finding %+v", f)
+	// Ranked: the blocking costs 90% of its thread's time, the rise of
+	// the cpu vital nothing measured.
+	in := all.Incidents[0]
+	if in.Rank != 1 || in.Severity != 0.9 || in.Resource != findings.ResourceDisk || in.StartNs != minute(3) || in.EndNs != minute(5) ||
+		in.Culprit == nil || in.Culprit.Function != "mid_1" || in.Findings[0].Evidence[0].Value != 900 || len(in.Drill) == 0 {
+		t.Errorf("first incident %+v", in)
+	}
+	if in := all.Incidents[1]; in.Rank != 2 || in.Severity != 0 || in.Rules[0] != "ewma:cpu" {
+		t.Errorf("second incident %+v", in)
 	}
 	// The rule filter takes a rule or a family of detectors; the range
 	// keeps findings that overlap it.
@@ -104,8 +112,8 @@ func TestFindingsEndpoint(t *testing.T) {
 			t.Fatalf("%s: status %d", c.q, code)
 		}
 		var got []string
-		for _, f := range a.Findings {
-			got = append(got, f.Rule)
+		for _, in := range a.Incidents {
+			got = append(got, in.Rules...)
 		}
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.q, got, c.want)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
 )
 
@@ -35,6 +36,8 @@ const (
 type api struct {
 	store Querier
 	d     dialect
+	// stackCache holds the frames of the stacks findings name.
+	stackCache *findings.Stacks
 }
 
 // query runs SQL with args. The SQL is ours and the parameters were

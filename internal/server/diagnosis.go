@@ -3,14 +3,16 @@ package server
 import (
 	"errors"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// registerAnalysis serves the stored findings, the reference-driven metric
+// registerAnalysis serves the ranked incidents, the reference-driven metric
 // ranking of `holter diff` (from a host's own store only) and the list of
 // recent traces (traces.go).
 func registerAnalysis(mux *http.ServeMux, a *api) {
@@ -21,7 +23,8 @@ func registerAnalysis(mux *http.ServeMux, a *api) {
 	mux.HandleFunc("GET /api/traces", handle(a.traces))
 }
 
-// FindingsAnswer is the stored findings overlapping a range.
+// FindingsAnswer is the ranked incidents of a range: what holter findings
+// reports.
 type FindingsAnswer struct {
 	Host string `json:"host"` // the host asked for; empty for every host
 
@@ -29,8 +32,11 @@ type FindingsAnswer struct {
 	To   int64 `json:"to"`
 	// Rules are the rules and detectors of every finding in the range,
 	// before the rule filter.
-	Rules    []string           `json:"rules"`
-	Findings []findings.Finding `json:"findings"`
+	Rules []string `json:"rules"`
+	// Incidents are ranked, the worst first; with a rule filter, those
+	// with a finding of the rule.
+	Incidents   []incident.Incident    `json:"incidents"`
+	Unevaluated []findings.Unevaluated `json:"unevaluated"`
 }
 
 // ruleMatches: a rule filter names a rule ("rule5-blocking") or a family
@@ -39,6 +45,10 @@ func ruleMatches(rule, filter string) bool {
 	return filter == "" || rule == filter || strings.HasPrefix(rule, filter+":")
 }
 
+// findings answers GET /api/findings. A host's own store is reported on as
+// holter findings does (incident.Build: the online analysis's findings,
+// and the filters evaluated over what it has not analysed); a fleet's
+// holds only what each host's online analysis stored, merged per host.
 func (a *api) findings(r *http.Request) (any, error) {
 	p := newParams(r.URL.Query(), "from", "to", "host", "rule")
 	from, to := p.timeRange("from", "to")
@@ -51,23 +61,42 @@ func (a *api) findings(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := FindingsAnswer{Host: hostName, From: from, To: to, Rules: []string{}, Findings: []findings.Finding{}}
-	var all []findings.Finding
+	out := FindingsAnswer{Host: hostName, From: from, To: to, Rules: []string{}, Incidents: []incident.Incident{},
+		Unevaluated: []findings.Unevaluated{}}
+	q, rng := store.Plain(a.store), findings.Range{StartNs: from, EndNs: to}
+	var all []incident.Incident
 	for _, host := range hosts {
-		stored, err := findings.Stored(ctx, store.Plain(a.store), host, findings.Range{StartNs: from, EndNs: to})
+		if isFleet(a.store) {
+			stored, err := findings.Stored(ctx, q, host, rng)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, incident.Ranked(stored, host)...)
+			continue
+		}
+		rep, err := incident.Build(ctx, q, incident.Options{Host: host, Range: rng, History: 20, CPUs: runtime.NumCPU(), Stacks: a.stackCache})
+		if errors.Is(err, findings.ErrNoData) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, stored...)
+		all = append(all, rep.Incidents...)
+		out.Unevaluated = append(out.Unevaluated, rep.Unevaluated...)
 	}
-	for _, f := range all {
-		if !slices.Contains(out.Rules, f.Rule) {
-			out.Rules = append(out.Rules, f.Rule)
+	for _, in := range all {
+		match := false
+		for _, f := range in.Rules {
+			if !slices.Contains(out.Rules, f) {
+				out.Rules = append(out.Rules, f)
+			}
+			match = match || ruleMatches(f, rule)
 		}
-		if ruleMatches(f.Rule, rule) {
-			out.Findings = append(out.Findings, f)
+		if match {
+			out.Incidents = append(out.Incidents, in)
 		}
 	}
+	incident.Rerank(out.Incidents)
 	slices.Sort(out.Rules)
 	return out, nil
 }

@@ -85,12 +85,14 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 	// Two hosts whose epochs interleave: h2 starts 20 s after h1.
 	synthetic{host: "h1", startNs: synthStart, epoch: time.Minute, epochs: 8, samplesPerEpoc: 66}.write(t, st)
 	synthetic{host: "h2", startNs: synthStart + 20e9, epoch: time.Minute, epochs: 8, samplesPerEpoc: 30}.write(t, st)
-	// Findings as each host's online analysis stores them.
+	// Findings as each host's online analysis stores them, with the range
+	// it analysed: the host's own store reports them as the fleet does.
 	for i, host := range []string{"h1", "h2"} {
-		f := findings.Finding{Rule: "rule5-blocking", Timescale: "epoch", Subject: "pid 200 (blocker)", StartNs: minute(2 + i),
-			EndNs: minute(4 + i), Score: float64(2 + i), Summary: "blocker blocks", Vitals: []string{"blck"},
-			Processes: []findings.Process{{Pid: 200, Comm: "blocker"}}}
-		if err := st.AddFindings(context.Background(), []store.Finding{f.Row(host)}, 0); err != nil {
+		f := findings.Finding{Rule: "rule5-blocking", Timescale: "epoch", Subject: "pid 200 (blocker) disk", StartNs: minute(2 + i),
+			EndNs: minute(4 + i), Severity: []float64{0.2, 0.3}[i], Score: float64(2 + i), Resource: findings.ResourceDisk,
+			Summary: "blocker blocks", Vitals: []string{"blck"}, Processes: []findings.Process{{Pid: 200, Comm: "blocker"}},
+			Culprit: &findings.Culprit{Pid: 200, Comm: "blocker", Function: "mid_1"}}
+		if err := st.AddAnalysis(context.Background(), host, []store.Finding{f.Row(host)}, 0, minute(0), minute(9)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,8 +180,8 @@ func TestFleetAPIMatchesStore(t *testing.T) {
 	_, v = getJSON(t, fleet+"/api/findings?"+rangeQ(0, 8))
 	var fa FindingsAnswer
 	remarshal(t, v, &fa)
-	if len(fa.Findings) != 2 || fa.Findings[0].StartNs != minute(2) || fa.Findings[1].Score != 3 {
-		t.Errorf("fleet findings: want each host's shipped finding: %+v", fa.Findings)
+	if len(fa.Incidents) != 2 || fa.Incidents[0].StartNs != minute(3) || fa.Incidents[0].Severity != 0.3 || fa.Incidents[1].Findings[0].Score != 2 {
+		t.Errorf("fleet findings: want each host's shipped finding, ranked: %+v", fa.Incidents)
 	}
 	_, v = getJSON(t, fleet+"/api/samples?"+sel+"&host=h2")
 	var sa SamplesAnswer

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holter-dev/holter/internal/access"
+	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/ui"
 )
@@ -159,7 +160,7 @@ func Listen(opts Options) (*Server, error) {
 		registerTrace(mux, opts)
 	}
 	registerRequests(mux, opts)
-	a := &api{store: opts.Store, d: dialectOf(opts.Store)}
+	a := &api{store: opts.Store, d: dialectOf(opts.Store), stackCache: findings.NewStacks()}
 	registerAnalysis(mux, a)
 	mux.HandleFunc("GET /api/overview", handle(a.overview(opts.Status != nil)))
 	mux.HandleFunc("GET /api/vitals", handle(a.vitals))

@@ -10,7 +10,9 @@ import (
 
 // The findings table holds what the filters and rules (internal/findings)
 // and the online reference comparison concluded, one row per finding over
-// a time range; the runs table is the catalog of measured executions for
+// a time range, and the analysed table the ranges of each host's recording
+// the recorder's online analysis has judged (its findings of them are all
+// in the findings table); the runs table is the catalog of measured executions for
 // reference-driven anomaly identification (internal/diagnose). Detail and
 // params are JSON text so the same rows travel to ClickHouse unchanged.
 const (
@@ -26,6 +28,10 @@ const (
 		pids UINTEGER[] NOT NULL,
 		comms VARCHAR[] NOT NULL,
 		detail VARCHAR NOT NULL)`
+	analysedDDL = `CREATE TABLE IF NOT EXISTS analysed (
+		host VARCHAR NOT NULL,
+		start_ns BIGINT NOT NULL,
+		end_ns BIGINT NOT NULL)`
 	runsDDL = `CREATE TABLE IF NOT EXISTS runs (
 		id VARCHAR PRIMARY KEY,
 		host VARCHAR NOT NULL,
@@ -59,12 +65,28 @@ type Finding struct {
 // than mergeGapNs after the stored one ends — extends it instead of adding
 // a row, so a condition that lasts many epochs is one finding whose range
 // grows (its score becomes the larger of the two, its detail the newer).
-func (s *Store) AddFindings(ctx context.Context, fs []Finding, mergeGapNs int64) (err error) {
-	if s.readOnly {
-		return errors.New("add findings: store is open read-only")
-	}
+func (s *Store) AddFindings(ctx context.Context, fs []Finding, mergeGapNs int64) error {
 	if len(fs) == 0 {
 		return nil
+	}
+	return s.addFindings(ctx, fs, mergeGapNs, "", 0, 0)
+}
+
+// AddAnalysis stores the findings of an analysis of host's recording from
+// fromNs to toNs (as AddFindings) and notes that range as analysed, in one
+// transaction: a reader that finds a range analysed finds its findings. A
+// range that continues an analysed one, no later than mergeGapNs after it,
+// extends it.
+func (s *Store) AddAnalysis(ctx context.Context, host string, fs []Finding, mergeGapNs, fromNs, toNs int64) error {
+	if toNs < fromNs {
+		return fmt.Errorf("add analysis: the range ends before it starts")
+	}
+	return s.addFindings(ctx, fs, mergeGapNs, host, fromNs, toNs)
+}
+
+func (s *Store) addFindings(ctx context.Context, fs []Finding, mergeGapNs int64, host string, fromNs, toNs int64) (err error) {
+	if s.readOnly {
+		return errors.New("add findings: store is open read-only")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -77,6 +99,18 @@ func (s *Store) AddFindings(ctx context.Context, fs []Finding, mergeGapNs int64)
 		return fmt.Errorf("add findings: %w", err)
 	}
 	defer tx.Rollback()
+	if host != "" {
+		res, err := tx.ExecContext(ctx, `UPDATE analysed SET end_ns = greatest(end_ns, $1)
+			WHERE host = $2 AND end_ns + $3 >= $4 AND start_ns <= $1`, toNs, host, mergeGapNs, fromNs)
+		if err != nil {
+			return fmt.Errorf("add analysis: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO analysed VALUES ($1, $2, $3)`, host, fromNs, toNs); err != nil {
+				return fmt.Errorf("add analysis: %w", err)
+			}
+		}
+	}
 	for _, f := range fs {
 		if f.EndNs < f.StartNs {
 			return fmt.Errorf("add findings: %s ends before it starts", f.Rule)

@@ -48,6 +48,41 @@ func TestFindingsMergeAcrossEpochs(t *testing.T) {
 	}
 }
 
+// TestAddAnalysisNotesTheRange: the ranges an analysis judged are kept
+// with its findings, a range that continues one extending it, and one
+// that ends before it starts refused.
+func TestAddAnalysisNotesTheRange(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	f := Finding{Host: "h", Rule: "busy-loop", Timescale: "epoch", Subject: "pid 1", StartNs: 10, EndNs: 20, Score: 0.5, Detail: `{}`}
+	for _, a := range []struct {
+		fs       []Finding
+		from, to int64
+	}{{[]Finding{f}, 0, 20}, {nil, 20, 30}, {nil, 31, 40}, {nil, 100, 110}} {
+		if err := s.AddAnalysis(ctx, "h", a.fs, 5, a.from, a.to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddAnalysis(ctx, "h", nil, 5, 50, 40); err == nil {
+		t.Error("a range ending before it starts was stored")
+	}
+	res, err := s.Query(ctx, `SELECT start_ns, end_ns FROM analysed ORDER BY start_ns`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]any{{int64(0), int64(40)}, {int64(100), int64(110)}}
+	if len(res.Rows) != len(want) || res.Rows[0][0] != want[0][0] || res.Rows[0][1] != want[0][1] || res.Rows[1][0] != want[1][0] {
+		t.Fatalf("analysed %v, want %v", res.Rows, want)
+	}
+	if res, err := s.Query(ctx, `SELECT count(*) FROM findings`); err != nil || res.Rows[0][0] != int64(1) {
+		t.Fatalf("findings %v %v", res, err)
+	}
+}
+
 func TestAddRun(t *testing.T) {
 	s, err := Open(t.TempDir(), nil)
 	if err != nil {

@@ -58,8 +58,10 @@ func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (rep Prun
 		}
 		// Findings are as small as rollups and kept as long; runs are a
 		// catalog the user builds by hand and are never pruned.
-		if _, err := s.db.ExecContext(ctx, `DELETE FROM findings WHERE end_ns < ?`, now.Add(-r.RollupAge).UnixNano()); err != nil {
-			return rep, fmt.Errorf("prune findings: %w", err)
+		for _, table := range []string{"findings", "analysed"} {
+			if _, err := s.db.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE end_ns < ?`, table), now.Add(-r.RollupAge).UnixNano()); err != nil {
+				return rep, fmt.Errorf("prune %s: %w", table, err)
+			}
 		}
 	}
 	if err := s.pruneStacks(ctx, &rep); err != nil {

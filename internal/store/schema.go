@@ -4,7 +4,7 @@ import "fmt"
 
 // schemaVersion is bumped with every change to schema; migrations bring an
 // older file up to date in Open.
-const schemaVersion = 6
+const schemaVersion = 7
 
 // schema creates the tables of an empty store. Times are UTC nanoseconds.
 // The samples table has one sparse column per event field; a column that
@@ -70,6 +70,8 @@ var schema = []string{
 	`ALTER TABLE runs ADD COLUMN IF NOT EXISTS pids UINTEGER[] DEFAULT []`,
 	// version 6: the samples the recorder's cap per epoch did not store
 	`ALTER TABLE vitals ADD COLUMN IF NOT EXISTS capped UBIGINT DEFAULT 0`,
+	// version 7: the ranges the online analysis has judged (diagnosis.go)
+	analysedDDL,
 }
 
 // Column is one vital-specific column of the samples table.

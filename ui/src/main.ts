@@ -7,7 +7,7 @@ import { lineChart, Line } from './chart';
 import { fmtDuration, fmtNum, fmtTime, h, palette } from './dom';
 import { flameGraph } from './flame';
 import { renderDiff } from './diff';
-import { Finding, loadFindings, Mark, marksOf, renderFindings } from './findings';
+import { loadFindings, Mark, marksOf, Pick, renderFindings } from './findings';
 import { renderLive } from './live';
 import { renderTraces } from './traces';
 import { allHosts, hostLegend, hostSelector, seriesStyle, sourceLabel, vitalsOf } from './hosts';
@@ -90,16 +90,29 @@ function renderRoute() {
   }
 }
 
-/** Shows a finding's range on the vitals page, selected for the drill-down. */
-function pickFinding(f: Finding) {
+/** Shows an incident on the vitals page: its range selected for the
+ * drill-down, on the tab asked for, filtered to its culprit. */
+function pickFinding(p: Pick) {
   location.hash = '#/vitals';
   const [from, to] = view();
-  if (f.start_ns < from || f.end_ns > to) {
-    const pad = Math.max((f.end_ns - f.start_ns) * 2, 60e9);
-    state.range = { kind: 'abs', from: f.start_ns - pad, to: f.end_ns + pad };
+  if (p.from < from || p.to > to) {
+    const pad = Math.max((p.to - p.from) * 2, 60e9);
+    state.range = { kind: 'abs', from: p.from - pad, to: p.to + pad };
     syncRangeControls();
   }
-  select(f.start_ns, f.end_ns, f.vitals?.[0] ?? '');
+  state.tab = p.tab;
+  state.filter = p.pid ? { pid: String(p.pid) } : {};
+  $<HTMLInputElement>('f-pid').value = state.filter.pid ?? '';
+  if (p.tab === 'flame') state.flameVital = p.vital;
+  if (p.tab === 'diff') {
+    // The stretch before the incident, three times as long, as the
+    // baseline: what holter findings' diff compares it with.
+    const span = p.to - p.from;
+    state.baseline = [p.from - 3 * span, p.from];
+    state.filter = {};
+    $<HTMLInputElement>('f-pid').value = '';
+  }
+  select(p.from, p.to, p.vital);
   refreshVitals();
 }
 
@@ -212,6 +225,7 @@ function drawCharts() {
 }
 
 let vitalsSeq = 0;
+let firstViewDone = false;
 async function refreshVitals() {
   const [from, to] = view();
   const seq = ++vitalsSeq;
@@ -219,11 +233,17 @@ async function refreshVitals() {
     const [a, fs] = await Promise.all([get<VitalsAnswer>('/api/vitals', { from, to, timescale: state.timescale, host: state.ov!.host }),
       // The charts do without their finding marks rather than fail.
       // (A fleet may keep its findings with its hosts: no marks then.)
-      loadFindings(from, to, state.ov!.host).catch((e) => { if (!state.ov!.fleet) showError(e); return { findings: [] }; })]);
+      loadFindings(from, to, state.ov!.host).catch((e) => { if (!state.ov!.fleet) showError(e); return { incidents: [] }; })]);
     if (seq !== vitalsSeq) return; // a newer view was asked for meanwhile
     state.vitals = a;
-    state.marks = marksOf(fs.findings);
+    state.marks = marksOf(fs.incidents);
     drawCharts();
+    // Opened on no page in particular, the UI shows what is wrong first,
+    // when something is.
+    if (!firstViewDone) {
+      firstViewDone = true;
+      if (!location.hash && fs.incidents.length > 0) location.hash = '#/findings';
+    }
   } catch (e) { showError(e); }
 }
 
