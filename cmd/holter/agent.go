@@ -127,7 +127,7 @@ type agentFlags struct {
 
 func addAgentFlags(fs *flag.FlagSet) agentFlags {
 	return agentFlags{
-		data:  fs.String("data", defaultDataDir, "data directory holding the store (and the running recorder's socket)"),
+		data:  fs.String("data", defaultDataDir(), dataHelp+"; the running recorder's socket is there"),
 		api:   fs.String("api", "", "recorder API address, over HTTP with a token (default: the socket of the recorder recording into --data, if any)"),
 		token: addTokenFlags(fs),
 	}

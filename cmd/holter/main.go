@@ -106,5 +106,33 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// defaultDataDir is where recordings live unless --data says otherwise.
-const defaultDataDir = "holter-data"
+const dataHelp = "data directory holding the store (default: $HOLTER_DATA, else ./holter-data or /var/lib/holter, the first that exists)"
+
+// localDataDir is a recording in the working directory (make run's).
+const localDataDir = "holter-data"
+
+// systemDataDir is the system service's recording (its StateDirectory).
+var systemDataDir = "/var/lib/holter"
+
+// defaultDataDir is --data's default: $HOLTER_DATA when set; else
+// ./holter-data when it exists; else the system service's /var/lib/holter
+// when it exists; else ./holter-data, a new recording here. Commands run
+// anywhere thus find the system recorder, and one started in a directory
+// holding a recording finds that one.
+func defaultDataDir() string {
+	if d := os.Getenv("HOLTER_DATA"); d != "" {
+		return d
+	}
+	if isDir(localDataDir) {
+		return localDataDir
+	}
+	if isDir(systemDataDir) {
+		return systemDataDir
+	}
+	return localDataDir
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}

@@ -25,7 +25,7 @@ import (
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("record", stderr)
-	data := fs.String("data", defaultDataDir, "data directory holding the store")
+	data := fs.String("data", defaultDataDir(), dataHelp)
 	epoch := fs.Duration("epoch", recorder.DefaultEpoch, "epoch length (at least 1s)")
 	vitals := fs.String("vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "))
 	analyse := fs.Bool("online", true, "analyse while recording: store findings and reference drift (see holter findings)")

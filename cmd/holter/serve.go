@@ -146,7 +146,7 @@ func (f *serveFlags) sockets(dir string) ([]server.Socket, error) {
 // runUIURL prints the login URL of the UI serving dir's recording.
 func runUIURL(args []string, stdout, stderr io.Writer) error {
 	flags := newFlags("ui-url", stderr)
-	data := flags.String("data", defaultDataDir, "data directory holding the store")
+	data := flags.String("data", defaultDataDir(), dataHelp)
 	api := flags.String("api", "", "the UI's address (default: that of the recorder recording into --data)")
 	read := flags.Bool("read", false, "the read-only login, with the reader token (for members of group holter-readers)")
 	if err := parse(flags, args); err != nil {
