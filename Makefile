@@ -6,7 +6,8 @@ PREFIX ?= /usr/local
 SYSTEMDDIR ?= /etc/systemd/system
 DESTDIR ?=
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-GOBUILD = go build -ldflags "-X main.version=$(VERSION)"
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+GOBUILD = go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
 
 .PHONY: run build install test setup generate check-generated
 

@@ -41,19 +41,18 @@ func commands() []command {
 		{"runs", "list the run catalog and the anomalous runs with their metrics", runRuns},
 		{"trace-path", "show a request's causal path across services with its kernel costs", runTracePath},
 		{"latency-graph", "show a workload's latency graph (text, JSON or DOT)", runLatencyGraph},
-		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
-			fmt.Fprintln(stdout, "holter", version)
-			return nil
-		}},
+		{"version", "print the version, commit, and Go and DuckDB versions (also --version, -v)", runVersion},
+		{"help", "show a command's examples and flags: holter help COMMAND", runHelp},
+		{"completion", "print a shell completion script: holter completion bash|zsh|fish", runCompletion},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: holter COMMAND [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nholter COMMAND -h shows a command's flags.")
+	fmt.Fprintln(w, "\nholter help COMMAND shows a command's examples and flags.")
 }
 
 func main() {
@@ -61,9 +60,12 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0 || args[0] == "-h" || args[0] == "--help":
 		usage(stdout)
 		return 0
+	case args[0] == "--version" || args[0] == "-v" || args[0] == "-version":
+		args = []string{"version"}
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -93,6 +95,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("holter "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if flagSink != nil {
+		flagSink(fs)
+	}
 	return fs
 }
 
