@@ -300,3 +300,36 @@ func TestReadmeRunsAsRootWithoutSudo(t *testing.T) {
 		t.Error("make build called sudo as root")
 	}
 }
+
+// TestLicense: the root LICENSE is the Apache License 2.0's full text, and
+// every BPF program declares the GPL, as bpf/README.md says.
+func TestLicense(t *testing.T) {
+	root := testutil.RepoRoot()
+	b, err := os.ReadFile(filepath.Join(root, "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for _, want := range []string{"Apache License\n                           Version 2.0, January 2004",
+		"1. Definitions.", "2. Grant of Copyright License.", "3. Grant of Patent License.", "4. Redistribution.",
+		"5. Submission of Contributions.", "6. Trademarks.", "7. Disclaimer of Warranty.",
+		"8. Limitation of Liability.", "9. Accepting Warranty or Additional Liability.", "END OF TERMS AND CONDITIONS"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("LICENSE lacks %q", want)
+		}
+	}
+	progs, _ := filepath.Glob(filepath.Join(root, "bpf", "*.bpf.c"))
+	if len(progs) == 0 {
+		t.Fatal("no bpf/*.bpf.c")
+	}
+	for _, p := range progs {
+		src, _ := os.ReadFile(p)
+		if !strings.Contains(string(src), `SEC("license") = "GPL";`) {
+			t.Errorf("%s does not declare the GPL", p)
+		}
+	}
+	readme, _ := os.ReadFile(filepath.Join(root, "bpf", "README.md"))
+	if !strings.Contains(string(readme), "## License") || !strings.Contains(string(readme), "GPL") {
+		t.Error("bpf/README.md does not state the BPF programs' license")
+	}
+}
