@@ -18,6 +18,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/export"
+	"github.com/holter-dev/holter/internal/metrics"
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
@@ -217,7 +218,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	srvOpts.Store, srvOpts.Status, srvOpts.SetVital = st, status, setVital
+	vitalMetrics := metrics.NewVitals()
 	srvOpts.Metrics = func(w io.Writer) {
+		vitalMetrics.Write(w, recorderMetrics(rec.Status()))
 		if t := tracingNow.Load(); t != nil {
 			if s := t.status(); s != nil {
 				s.writeMetrics(w)
@@ -271,6 +274,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		wrote := time.Since(began)
+		vitalMetrics.Add(e)
 		if online != nil {
 			online.afterEpoch(e)
 		}
@@ -299,6 +303,15 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
 		return nil
 	})
+}
+
+// recorderMetrics is what /metrics shows of the recorder's own state.
+func recorderMetrics(s recorder.Status) metrics.Recorder {
+	m := metrics.Recorder{MonitorCPU: s.MonitorCPU, BudgetPercent: s.BudgetPercent, LateSamples: s.LateSamples, SkippedEpochs: s.SkippedEpochs}
+	for _, v := range s.Vitals {
+		m.Vitals = append(m.Vitals, metrics.State{Name: v.Name, State: v.State, Threshold: v.Threshold})
+	}
+	return m
 }
 
 func printRecording(w io.Writer, s recorder.Status, path string) {
