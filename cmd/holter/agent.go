@@ -205,6 +205,10 @@ func (c *client) do(ctx context.Context, method, path string, body io.Reader, ou
 		}
 		return apiError{resp.Status}
 	}
+	if w, ok := out.(io.Writer); ok {
+		_, err := io.Copy(w, resp.Body)
+		return err
+	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 

@@ -41,7 +41,11 @@ var examples = map[string][]string{
 		"holter trace-path --source http://clickhouse:8123 4bf92f3577b34da6a3ce929d0e0e4736",
 	},
 	"latency-graph": {`holter latency-graph --service front --operation "GET /item" --dot`},
-	"completion":    {"source <(holter completion bash)", "holter completion fish > ~/.config/fish/completions/holter.fish"},
+	"export": {
+		"holter export pprof --range -15m/now --vital cpu --out cpu.pb.gz && go tool pprof -top cpu.pb.gz",
+		"holter export folded --range 2026-11-25T10:00/2026-11-25T10:05 --vital blck --pid 1234 --out - | flamegraph.pl > blck.svg",
+	},
+	"completion": {"source <(holter completion bash)", "holter completion fish > ~/.config/fish/completions/holter.fish"},
 }
 
 // commit is set at build time with -ldflags "-X main.commit=..." (the
