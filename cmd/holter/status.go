@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/holter-dev/holter/internal/otlp"
 	"io"
 	"os"
 	"path/filepath"
@@ -123,6 +124,14 @@ func printRequestsStatus(w io.Writer, r *requestsStatus) {
 			o.Requests, o.SpansAccepted, o.Commits, o.SpansRejected, o.Refused, o.QueuedSpans)
 		if o.CommitErrors > 0 {
 			fmt.Fprintf(w, "OTLP: %d commits failed (the exporters were told to retry; see the recorder's log)\n", o.CommitErrors)
+		}
+		if u := o.LastUnattributed; o.SpansUnattributed > 0 && u != nil {
+			from := ""
+			if u.Sender != nil {
+				from = ", sent by " + u.Sender.String()
+			}
+			fmt.Fprintf(w, "OTLP: %d spans are not accounted: they carry no %s (the last from service %s%s);\n%s\n",
+				o.SpansUnattributed, u.Missing, u.Service, from, otlp.AttributionFix)
 		}
 	}
 	if a := r.Accounting; a != nil {
