@@ -189,23 +189,29 @@ func (m *Vitals) Write(out io.Writer, rec Recorder) {
 	}
 
 	// The weights in base units, one family each, or one with a vital
-	// label where vitals share a unit and meaning.
+	// label where vitals share a unit and meaning. Every family is
+	// written, with samples for the vitals recorded: dashboards find
+	// their metrics whichever vitals a host records.
 	families := map[string][]string{}
-	var order []string
-	for _, n := range names {
-		if wt, ok := weights[n]; ok {
-			if families[wt.family] == nil {
-				order = append(order, wt.family)
-			}
-			families[wt.family] = append(families[wt.family], n)
-		}
+	for v, wt := range weights {
+		families[wt.family] = append(families[wt.family], v)
+	}
+	order := make([]string, 0, len(families))
+	for f := range families {
+		order = append(order, f)
 	}
 	sort.Strings(order)
 	for _, f := range order {
+		vs := families[f]
+		sort.Strings(vs)
 		w.Family(f, "counter", weightHelp[f])
-		for _, v := range families[f] {
+		for _, v := range vs {
+			t, ok := m.totals[v]
+			if !ok {
+				continue
+			}
 			wt := weights[v]
-			val := float64(m.totals[v].weight) / wt.div
+			val := float64(t.weight) / wt.div
 			if wt.labelled {
 				w.Sample(f, val, "vital", v)
 			} else {
@@ -213,10 +219,16 @@ func (m *Vitals) Write(out io.Writer, rec Recorder) {
 			}
 		}
 	}
-	for _, n := range names {
-		if s, ok := secondaries[n]; ok {
-			w.Family(s[0], "counter", s[1])
-			w.Sample(s[0], float64(m.totals[n].secondary))
+	secs := make([]string, 0, len(secondaries))
+	for v := range secondaries {
+		secs = append(secs, v)
+	}
+	sort.Strings(secs)
+	for _, v := range secs {
+		s := secondaries[v]
+		w.Family(s[0], "counter", s[1])
+		if t, ok := m.totals[v]; ok {
+			w.Sample(s[0], float64(t.secondary))
 		}
 	}
 
