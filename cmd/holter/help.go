@@ -39,11 +39,13 @@ var examples = map[string][]string{
 	"trace-path": {
 		"holter trace-path 4bf92f3577b34da6a3ce929d0e0e4736",
 		"holter trace-path --source http://clickhouse:8123 4bf92f3577b34da6a3ce929d0e0e4736",
+		"holter trace-path --perfetto 4bf92f3577b34da6a3ce929d0e0e4736 > request.json   # open in ui.perfetto.dev",
 	},
 	"latency-graph": {`holter latency-graph --service front --operation "GET /item" --dot`},
 	"export": {
 		"holter export pprof --range -15m/now --vital cpu --out cpu.pb.gz && go tool pprof -top cpu.pb.gz",
 		"holter export folded --range 2026-11-25T10:00/2026-11-25T10:05 --vital blck --pid 1234 --out - | flamegraph.pl > blck.svg",
+		"holter export perfetto --range -1m/now --vital all --out samples.json   # open in ui.perfetto.dev",
 	},
 	"completion": {"source <(holter completion bash)", "holter completion fish > ~/.config/fish/completions/holter.fish"},
 }
