@@ -1,14 +1,27 @@
 # holter — see README.md. `make run` records; `make test` runs every test.
 DATA ?= holter-data
 ARGS ?=
+# make install PREFIX=/usr DESTDIR=/tmp/root: see scripts/install.sh.
+PREFIX ?= /usr/local
+SYSTEMDDIR ?= /etc/systemd/system
+DESTDIR ?=
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+GOBUILD = go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)"
 
-.PHONY: run build test setup generate check-generated
+.PHONY: run build install test setup generate check-generated
 
 setup:
 	./scripts/setup.sh
 
 build: setup
-	go build -o bin/holter ./cmd/holter
+	$(GOBUILD) -o bin/holter ./cmd/holter
+
+# The binary on PATH, the systemd unit and its flags file (/etc/default/holter).
+# Needs only Go and gcc: the UI and BPF objects are committed.
+install:
+	$(GOBUILD) -o bin/holter ./cmd/holter
+	PREFIX=$(PREFIX) SYSTEMDDIR=$(SYSTEMDDIR) DESTDIR=$(DESTDIR) ./scripts/install.sh
 
 # Records the whole system into $(DATA), UI on 127.0.0.1:7070 (it prints the login URL). Needs root.
 run: build

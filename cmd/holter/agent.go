@@ -127,7 +127,7 @@ type agentFlags struct {
 
 func addAgentFlags(fs *flag.FlagSet) agentFlags {
 	return agentFlags{
-		data:  valueFlag(fs, "data", defaultDataDir, "data directory holding the store (and the running recorder's socket)", nonEmpty),
+		data:  valueFlag(fs, "data", defaultDataDir(), dataHelp+"; the running recorder's socket is there", nonEmpty),
 		api:   valueFlag(fs, "api", "", "recorder API address, over HTTP with a token (default: the socket of the recorder recording into --data, if any)", apiAddress),
 		token: addTokenFlags(fs),
 	}
@@ -204,6 +204,10 @@ func (c *client) do(ctx context.Context, method, path string, body io.Reader, ou
 			return apiError{e.Error}
 		}
 		return apiError{resp.Status}
+	}
+	if w, ok := out.(io.Writer); ok {
+		_, err := io.Copy(w, resp.Body)
+		return err
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }

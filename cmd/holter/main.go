@@ -42,19 +42,19 @@ func commands() []command {
 		{"runs", "list the run catalog and the anomalous runs with their metrics", runRuns},
 		{"trace-path", "show a request's causal path across services with its kernel costs", runTracePath},
 		{"latency-graph", "show a workload's latency graph (text, JSON or DOT)", runLatencyGraph},
-		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
-			fmt.Fprintln(stdout, "holter", version)
-			return nil
-		}},
+		{"export", "write a range's samples as a pprof profile, folded stacks or Perfetto trace: holter export pprof|folded|perfetto", runExport},
+		{"version", "print the version, commit, and Go and DuckDB versions (also --version, -v)", runVersion},
+		{"help", "show a command's examples and flags: holter help COMMAND", runHelp},
+		{"completion", "print a shell completion script: holter completion bash|zsh|fish", runCompletion},
 	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: holter COMMAND [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nholter COMMAND -h shows a command's flags.")
+	fmt.Fprintln(w, "\nholter help COMMAND shows a command's examples and flags.")
 }
 
 func main() {
@@ -62,9 +62,12 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0 || args[0] == "-h" || args[0] == "--help":
 		usage(stdout)
 		return 0
+	case args[0] == "--version" || args[0] == "-v" || args[0] == "-version":
+		args = []string{"version"}
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -94,6 +97,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("holter "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if flagSink != nil {
+		flagSink(fs)
+	}
 	return fs
 }
 
@@ -121,5 +127,33 @@ func parse(fs *flag.FlagSet, args []string) error {
 // refusals of valueFlag's flags are: --NAME: "VALUE": why.
 var flagErrorRE = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for flag -([a-z0-9-]+): (.*)$`)
 
-// defaultDataDir is where recordings live unless --data says otherwise.
-const defaultDataDir = "holter-data"
+const dataHelp = "data directory holding the store (default: $HOLTER_DATA, else ./holter-data or /var/lib/holter, the first that exists)"
+
+// localDataDir is a recording in the working directory (make run's).
+const localDataDir = "holter-data"
+
+// systemDataDir is the system service's recording (its StateDirectory).
+var systemDataDir = "/var/lib/holter"
+
+// defaultDataDir is --data's default: $HOLTER_DATA when set; else
+// ./holter-data when it exists; else the system service's /var/lib/holter
+// when it exists; else ./holter-data, a new recording here. Commands run
+// anywhere thus find the system recorder, and one started in a directory
+// holding a recording finds that one.
+func defaultDataDir() string {
+	if d := os.Getenv("HOLTER_DATA"); d != "" {
+		return d
+	}
+	if isDir(localDataDir) {
+		return localDataDir
+	}
+	if isDir(systemDataDir) {
+		return systemDataDir
+	}
+	return localDataDir
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/testutil"
 )
 
 // TestQueryNumbersExact: integers too large for a float64 print exactly in
@@ -69,5 +71,57 @@ func TestQueryTimeoutFlag(t *testing.T) {
 	err = runQuery([]string{"--data", dir, "--query-timeout", "500ms", "SELECT count(*) FROM range(1e12::BIGINT)"}, &out, &errOut)
 	if !errors.Is(err, store.ErrQueryTimeout) {
 		t.Errorf("an endless query with --query-timeout 500ms: %v", err)
+	}
+}
+
+// TestQueryExactThroughRecorder asks a running recorder, over its socket,
+// for nanosecond timestamps and the sums of unsigned counters, in every
+// format, and finds the same digits the store gives directly once the
+// recorder stopped: no number passes through a float on the way.
+func TestQueryExactThroughRecorder(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	dir := t.TempDir()
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu,syscall")
+	r.waitEpochs(t, 2)
+	const q = `SELECT e.epoch, e.start_ns, e.end_ns, sum(v.weight_sum) AS weight, sum(v.events) AS events,
+		e.start_ns::HUGEINT * 1000 AS big, 18446744073709551615::UBIGINT AS u
+		FROM epochs e JOIN vitals v USING (host, epoch) WHERE e.epoch <= (SELECT min(epoch) + 1 FROM epochs)
+		GROUP BY ALL ORDER BY e.epoch`
+	through := map[string]string{}
+	for _, format := range []string{"table", "csv", "json"} {
+		out, errOut, code := runHolter(t, bin, "query", "--data", dir, "--format", format, q)
+		if code != 0 {
+			t.Fatalf("query --format %s through the recorder: exit %d %s", format, code, errOut)
+		}
+		through[format] = out
+	}
+	r.cmd.Process.Signal(syscall.SIGINT)
+	r.cmd.Wait()
+	<-r.done
+	direct, errOut, code := runHolter(t, bin, "query", "--data", dir, "--format", "csv", q)
+	if code != 0 {
+		t.Fatalf("query from the store: exit %d %s", code, errOut)
+	}
+	if through["csv"] != direct {
+		t.Errorf("csv through the recorder:\n%s\nfrom the store:\n%s", through["csv"], direct)
+	}
+	lines := strings.Split(strings.TrimSpace(direct), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("from the store:\n%s", direct)
+	}
+	for _, line := range lines[1:] {
+		for _, v := range strings.Split(line, ",") {
+			for _, format := range []string{"table", "json"} {
+				if !strings.Contains(through[format], v) {
+					t.Errorf("%s through the recorder lacks %s:\n%s", format, v, through[format])
+				}
+			}
+		}
+	}
+	for format, out := range through {
+		if strings.Contains(out, "e+") {
+			t.Errorf("%s: a number printed as a float:\n%s", format, out)
+		}
 	}
 }

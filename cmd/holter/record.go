@@ -20,6 +20,7 @@ import (
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/export"
 	"github.com/holter-dev/holter/internal/incident"
+	"github.com/holter-dev/holter/internal/metrics"
 	"github.com/holter-dev/holter/internal/recorder"
 	"github.com/holter-dev/holter/internal/server"
 	"github.com/holter-dev/holter/internal/store"
@@ -27,7 +28,7 @@ import (
 
 func runRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("record", stderr)
-	data := valueFlag(fs, "data", defaultDataDir, "data directory holding the store", nonEmpty)
+	data := valueFlag(fs, "data", defaultDataDir(), dataHelp, nonEmpty)
 	epoch := valueFlag(fs, "epoch", formatDuration(recorder.DefaultEpoch), "epoch length", durationIn(recorder.MinEpoch, maxEpoch, ""))
 	vitals := valueFlag(fs, "vitals", "all", "comma-separated vitals to record: "+strings.Join(vitalNames(), ", "), vitalList(""))
 	analyse := fs.Bool("online", true, "analyse while recording: store findings and reference drift (see holter findings)")
@@ -200,7 +201,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	srvOpts.Store, srvOpts.Status, srvOpts.SetVital = st, status, setVital
+	vitalMetrics := metrics.NewVitals()
 	srvOpts.Metrics = func(w io.Writer) {
+		vitalMetrics.Write(w, recorderMetrics(rec.Status()))
 		if t := tracingNow.Load(); t != nil {
 			if s := t.status(); s != nil {
 				s.writeMetrics(w)
@@ -254,6 +257,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		wrote := time.Since(began)
+		vitalMetrics.Add(e)
 		if online != nil {
 			online.Committed(e)
 		}
@@ -326,6 +330,15 @@ func unavailableVitals(s recorder.Status) map[string]string {
 		if v.State != "recording" && v.Reason != "" {
 			m[v.Name] = v.State + ": " + v.Reason
 		}
+	}
+	return m
+}
+
+// recorderMetrics is what /metrics shows of the recorder's own state.
+func recorderMetrics(s recorder.Status) metrics.Recorder {
+	m := metrics.Recorder{MonitorCPU: s.MonitorCPU, BudgetPercent: s.BudgetPercent, LateSamples: s.LateSamples, SkippedEpochs: s.SkippedEpochs}
+	for _, v := range s.Vitals {
+		m.Vitals = append(m.Vitals, metrics.State{Name: v.Name, State: v.State, Threshold: v.Threshold})
 	}
 	return m
 }

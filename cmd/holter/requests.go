@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/holter-dev/holter/internal/chrometrace"
 	"github.com/holter-dev/holter/internal/requests"
 )
 
@@ -16,6 +17,7 @@ func runTracePath(args []string, stdout, stderr io.Writer) error {
 	af := addAgentFlags(fs)
 	sf := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print the path as JSON")
+	perfetto := fs.Bool("perfetto", false, "print the path as Chrome trace event JSON (ui.perfetto.dev, chrome://tracing)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -33,6 +35,9 @@ func runTracePath(args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if *perfetto {
+		return chrometrace.Write(stdout, chrometrace.Path(p))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -148,7 +148,7 @@ func (f *serveFlags) sockets(dir string) ([]server.Socket, error) {
 // runUIURL prints the login URL of the UI serving dir's recording.
 func runUIURL(args []string, stdout, stderr io.Writer) error {
 	flags := newFlags("ui-url", stderr)
-	data := valueFlag(flags, "data", defaultDataDir, "data directory holding the store", nonEmpty)
+	data := valueFlag(flags, "data", defaultDataDir(), dataHelp, nonEmpty)
 	api := valueFlag(flags, "api", "", "the UI's address (default: that of the recorder recording into --data)", apiAddress)
 	read := flags.Bool("read", false, "the read-only login, with the reader token (for members of group holter-readers)")
 	if err := parse(flags, args); err != nil {

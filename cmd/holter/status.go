@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/holter-dev/holter/internal/otlp"
 	"io"
 	"os"
 	"path/filepath"
@@ -147,6 +148,14 @@ func printRequestsStatus(w io.Writer, r *requestsStatus) {
 		}
 		if o.ConnectionsRefused > 0 {
 			fmt.Fprintf(w, "OTLP: %d connections over the limit refused (HTTP answered 503, the exporters retry)\n", o.ConnectionsRefused)
+		}
+		if u := o.LastUnattributed; o.SpansUnattributed > 0 && u != nil {
+			from := ""
+			if u.Sender != nil {
+				from = ", sent by " + u.Sender.String()
+			}
+			fmt.Fprintf(w, "OTLP: %d spans are not accounted: they carry no %s (the last from service %s%s);\n%s\n",
+				o.SpansUnattributed, u.Missing, u.Service, from, otlp.AttributionFix)
 		}
 	}
 	if a := r.Accounting; a != nil {

@@ -249,6 +249,7 @@ func (s *requestsStatus) writeMetrics(w io.Writer) {
 		metric("holter_otlp_exports_refused_total", "counter", "Export requests refused while overloaded (the exporters retry them).", o.Refused)
 		metric("holter_otlp_commits_total", "counter", "Commits of received spans.", o.Commits)
 		metric("holter_otlp_commit_errors_total", "counter", "Commits of received spans that failed (the exporters retry them).", o.CommitErrors)
+		metric("holter_otlp_spans_unattributed_total", "counter", "Spans stored without thread.id or process.pid: the kernel accounting cannot charge them (holter status says how to add them).", o.SpansUnattributed)
 		metric("holter_otlp_spans_queued", "gauge", "Spans received and waiting for their commit.", uint64(o.QueuedSpans))
 		metric("holter_otlp_connections_refused_total", "counter", "Connections over the receivers' limit, answered 503 (HTTP) or closed (gRPC).", o.ConnectionsRefused)
 	}

@@ -22,7 +22,7 @@ const fleetTimeout = 15 * time.Second
 // over the fleet's recordings in ClickHouse (--source).
 func runUI(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("ui", stderr)
-	data := valueFlag(fs, "data", defaultDataDir, "data directory holding the store", nonEmpty)
+	data := valueFlag(fs, "data", defaultDataDir(), dataHelp, nonEmpty)
 	serve := addServeFlags(fs, "address to serve the UI and its API on")
 	queryTimeout := addQueryTimeout(fs)
 	sf := addSourceFlags(fs)

@@ -93,9 +93,12 @@ func TestUIInBrowser(t *testing.T) {
 		"--budget", "off") // the test is of the UI: no vital may be shed while it selects an epoch
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	<-r.started
+	// The workloads outlast the browser tests (killed when the test ends):
+	// the later tests select the second-to-last epoch and look for them,
+	// and on a loaded machine the run takes minutes.
 	var workloads []*exec.Cmd
 	for _, w := range []string{spin, block} {
-		cmd := exec.Command(w, "60")
+		cmd := exec.Command(w, "600")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

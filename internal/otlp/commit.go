@@ -50,6 +50,32 @@ type Stats struct {
 	QueuedSpans   int    `json:"queued_spans"`
 	// ConnectionsRefused counts connections over MaxConnections.
 	ConnectionsRefused uint64 `json:"connections_refused"`
+	// SpansUnattributed counts the local spans stored without thread.id
+	// or process.pid, which the kernel accounting cannot charge;
+	// LastUnattributed says where the last of them came from.
+	SpansUnattributed uint64        `json:"spans_unattributed"`
+	LastUnattributed  *Unattributed `json:"last_unattributed,omitempty"`
+}
+
+// AttributionFix says how to give spans the attributes the kernel
+// accounting needs, per SDK: the OS thread that ran the span, and its
+// process (the stock SDKs send neither).
+const AttributionFix = `spans need thread.id (the OS thread id, gettid) and process.pid to be charged; add them with a span processor:
+  Python: class Tid(SpanProcessor):
+              def on_start(self, span, parent_context=None):
+                  span.set_attributes({"thread.id": threading.get_native_id(), "process.pid": os.getpid()})
+          provider.add_span_processor(Tid())
+  Go:     a SpanProcessor whose OnStart calls s.SetAttributes(attribute.Int("thread.id", unix.Gettid())),
+          and resource.WithProcessPID() (the goroutine must stay on its thread: runtime.LockOSThread)
+  others: the same two attributes from the thread that runs the span`
+
+// Unattributed is a span the accounting cannot charge: its service, what
+// it lacked, and the local process that sent it, when its connection
+// named one.
+type Unattributed struct {
+	Service string  `json:"service"`
+	Missing string  `json:"missing"`
+	Sender  *Sender `json:"sender,omitempty"`
 }
 
 func newCommitter(write func(context.Context, *store.SpanBatch) error, maxDelay time.Duration, maxSpans, maxQueue int) *committer {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // OTLP exporters may compress
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -97,6 +98,12 @@ type Receiver struct {
 	mu       sync.Mutex
 	rejected uint64
 	requests uint64
+	// unattributed counts spans without thread.id or process.pid; last
+	// is the latest; senders caches the process behind each client
+	// address, looked up once a connection.
+	unattributed uint64
+	last         *Unattributed
+	senders      map[string]*Sender
 }
 
 // Listen binds the enabled endpoints; Serve starts answering.
@@ -231,6 +238,7 @@ func (r *Receiver) Stats() Stats {
 	s := r.commit.snapshot()
 	r.mu.Lock()
 	s.Requests, s.SpansRejected = r.requests, r.rejected
+	s.SpansUnattributed, s.LastUnattributed = r.unattributed, r.last
 	r.mu.Unlock()
 	for _, ln := range []*connLimiter{r.grpcLn, r.httpLn} {
 		if ln != nil {
@@ -240,13 +248,15 @@ func (r *Receiver) Stats() Stats {
 	return s
 }
 
-// export stores one request's spans and says what was rejected.
-func (r *Receiver) export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+// export stores one request's spans, received from the client address
+// from, and says what was rejected.
+func (r *Receiver) export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest, from string) (*coltracepb.ExportTraceServiceResponse, error) {
 	c := convert(req, r.opts.Host, time.Now().UnixNano())
 	r.mu.Lock()
 	r.requests++
 	r.rejected += uint64(c.rejected)
 	r.mu.Unlock()
+	r.countUnattributed(c, from)
 	if len(c.batch.Spans) > 0 {
 		// Before the commit: the accounting keeps what the threads did
 		// before their first span in store by the time the spans are.
@@ -286,6 +296,48 @@ func (r *Receiver) export(ctx context.Context, req *coltracepb.ExportTraceServic
 	return resp, nil
 }
 
+// countUnattributed counts c's local spans that lack thread.id or
+// process.pid, and names the process that sent the last of them.
+func (r *Receiver) countUnattributed(c *converted, from string) {
+	var n uint64
+	var last *store.Span
+	for i := range c.batch.Spans {
+		sp := &c.batch.Spans[i]
+		if (sp.Pid == 0 || sp.Tid == 0) && sp.Host == r.opts.Host {
+			n++
+			last = sp
+		}
+	}
+	if n == 0 {
+		return
+	}
+	u := &Unattributed{Service: last.Service, Missing: "thread.id"}
+	if last.Pid == 0 {
+		u.Missing = "process.pid and thread.id"
+		if last.Tid != 0 {
+			u.Missing = "process.pid"
+		}
+	}
+	r.mu.Lock()
+	sender, known := r.senders[from]
+	r.mu.Unlock()
+	if !known && from != "" {
+		// Looked up outside the lock: it reads every process's fds.
+		if s, err := senderOf(from); err == nil {
+			sender = &s
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.senders == nil || len(r.senders) > 1024 {
+		r.senders = map[string]*Sender{}
+	}
+	r.senders[from] = sender
+	u.Sender = sender
+	r.unattributed += n
+	r.last = u
+}
+
 // traceServiceDesc is OTLP's TraceService with a handler of our own, so a
 // request that does not decode is InvalidArgument (gRPC would say
 // Internal) and commit failures map to OTLP's retryable codes.
@@ -303,7 +355,11 @@ var traceServiceDesc = grpc.ServiceDesc{
 			if err := proto.Unmarshal(raw.b, req); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "malformed ExportTraceServiceRequest: %v", err)
 			}
-			resp, err := srv.(*Receiver).export(ctx, req)
+			from := ""
+			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+				from = p.Addr.String()
+			}
+			resp, err := srv.(*Receiver).export(ctx, req, from)
 			if err != nil {
 				return nil, grpcStatus(err)
 			}
@@ -400,7 +456,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		writeStatus(w, ctype, http.StatusBadRequest, codes.InvalidArgument, err.Error())
 		return
 	}
-	resp, err := r.export(req.Context(), msg)
+	resp, err := r.export(req.Context(), msg, req.RemoteAddr)
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeStatus(w, ctype, http.StatusServiceUnavailable, codes.Unavailable, "spans not stored, retry: "+err.Error())

@@ -335,8 +335,11 @@ func charge(a *store.SpanAccounting, span interval, children []interval, rows []
 				sites[siteName(r.KStack)] += self
 			}
 		case "io":
-			// A request belongs to the span it was submitted in.
-			if x.start >= span.start && x.start < span.end {
+			// A request belongs to the span it was submitted in, not to
+			// that span's parents on the thread: I/O is a self cost, as
+			// the self CPU and blocked time are, so that sums over spans
+			// (the trace's, a service's, a client's) count it once.
+			if at := (interval{x.start, x.start + 1}); selfOverlap(at, span, children) > 0 {
 				a.IOBytes += int64(r.Bytes)
 				a.IONs += x.end - x.start
 				a.IOCount++

@@ -46,7 +46,12 @@
 //	                  dirtied_bytes: page cache its thread dirtied,
 //	                  writeback_bytes/_ns/_count: block writes flushers
 //	                  made of it later; io_bytes is the I/O the thread
-//	                  submitted itself, so the two do not overlap)
+//	                  submitted itself, so the two do not overlap).
+//	                  cpu_ns, blocked_ns and runnable_ns include the
+//	                  span's children on its thread, the self_ columns
+//	                  do not; io_*, dirtied_* and writeback_* are self
+//	                  costs only (a child's I/O is not its parent's), so
+//	                  sums over spans count each once)
 //	span_writeback    per span: the write-back charged to it
 //	request_demand    one row per request (trace): its own kernel demand,
 //	                  the billed share of coalesced work, and the total

@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
+
+	"github.com/holter-dev/holter/internal/metrics"
 )
 
 // WriteMetrics writes the virtual performance counters in the Prometheus
@@ -13,7 +14,7 @@ import (
 // per client the demand with coalesced work billed (client_demand). They
 // are totals over what the store retains, raw and rolled up.
 func WriteMetrics(ctx context.Context, q Querier, w io.Writer) error {
-	svc, err := q.Query(ctx, `SELECT service, operation, requests, errors, p50_ns, p90_ns, p99_ns, cpu_ns, blocked_ns, io_bytes
+	svc, err := q.Query(ctx, `SELECT service, operation, requests, errors, p50_ns, p90_ns, p99_ns, cpu_ns, blocked_ns, io_bytes, mean_ns
 		FROM service_counters ORDER BY service, operation`)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -22,16 +23,8 @@ func WriteMetrics(ctx context.Context, q Querier, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	family := func(name, typ, help string) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	labels := func(kv ...string) string {
-		var parts []string
-		for i := 0; i+1 < len(kv); i += 2 {
-			parts = append(parts, fmt.Sprintf(`%s="%s"`, kv[i], escapeLabel(kv[i+1])))
-		}
-		return "{" + strings.Join(parts, ",") + "}"
-	}
+	mw := metrics.Writer{W: w}
+	family := mw.Family
 	type column struct {
 		name, typ, help string
 		idx             int
@@ -47,15 +40,16 @@ func WriteMetrics(ctx context.Context, q Querier, w io.Writer) error {
 	for _, c := range svcCols {
 		family(c.name, c.typ, c.help)
 		for _, r := range svc.Rows {
-			fmt.Fprintf(w, "%s%s %g\n", c.name, labels("service", str(r[0]), "operation", str(r[1])), f64(r[c.idx])*c.scale)
+			mw.Sample(c.name, f64(r[c.idx])*c.scale, "service", str(r[0]), "operation", str(r[1]))
 		}
 	}
 	family("holter_span_duration_seconds", "summary", "Span latency quantiles (from log histograms, within 4.4%).")
 	for _, r := range svc.Rows {
 		for i, q := range []string{"0.5", "0.9", "0.99"} {
-			fmt.Fprintf(w, "holter_span_duration_seconds%s %g\n",
-				labels("service", str(r[0]), "operation", str(r[1]), "quantile", q), f64(r[4+i])*1e-9)
+			mw.Sample("holter_span_duration_seconds", f64(r[4+i])*1e-9, "service", str(r[0]), "operation", str(r[1]), "quantile", q)
 		}
+		mw.Sample("holter_span_duration_seconds_sum", f64(r[10])*f64(r[2])*1e-9, "service", str(r[0]), "operation", str(r[1]))
+		mw.Sample("holter_span_duration_seconds_count", f64(r[2]), "service", str(r[0]), "operation", str(r[1]))
 	}
 	clCols := []column{
 		{"holter_client_requests_total", "counter", "Requests per client.", 1, 1},
@@ -68,14 +62,8 @@ func WriteMetrics(ctx context.Context, q Querier, w io.Writer) error {
 	for _, c := range clCols {
 		family(c.name, c.typ, c.help)
 		for _, r := range cl.Rows {
-			fmt.Fprintf(w, "%s%s %g\n", c.name, labels("client", str(r[0])), f64(r[c.idx])*c.scale)
+			mw.Sample(c.name, f64(r[c.idx])*c.scale, "client", str(r[0]))
 		}
 	}
 	return nil
-}
-
-func escapeLabel(s string) string {
-	s = strings.ReplaceAll(s, `\`, `\\`)
-	s = strings.ReplaceAll(s, `"`, `\"`)
-	return strings.ReplaceAll(s, "\n", `\n`)
 }

@@ -294,6 +294,8 @@ func writeNode(w io.Writer, n *Node, indent string, last bool) {
 	fmt.Fprintf(w, "%s+%s %s %s: %s (self %s)%s", indent, fmtNs(n.BeforeNs), n.Service, n.Operation, fmtNs(n.DurationNs), fmtNs(n.SelfNs), mark)
 	if n.Kernel != nil {
 		fmt.Fprintf(w, "  kernel: %s", costText(*n.Kernel))
+	} else if n.Pid == 0 || n.Tid == 0 {
+		fmt.Fprint(w, "  kernel: not accounted: the span has no thread.id or process.pid (holter status says how to add them)")
 	}
 	fmt.Fprintln(w)
 	for i, c := range n.Children {

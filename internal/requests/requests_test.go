@@ -424,3 +424,63 @@ func TestHeldSpansChargedAsFromTheStore(t *testing.T) {
 		t.Errorf("the other host's span was charged: %s", fromStore[6])
 	}
 }
+
+// The block I/O a child span submitted on its parent's thread is the
+// child's alone: a trace whose only I/O span wrote 528 KiB totals 528 KiB
+// in its path, request_demand, service_counters, client_demand and
+// holter_client_io_bytes_total, not twice that.
+func TestIOChargedOnce(t *testing.T) {
+	st, ctx, base := openStore(t)
+	tr := fmt.Sprintf("%032x", 528)
+	sp := func(id, parent, name string, start, end int64) store.Span {
+		return store.Span{Host: "h", TraceID: tr, SpanID: id, ParentSpanID: parent, Service: "api", Name: name, Kind: "server",
+			StartNs: base + start, EndNs: base + end, StatusCode: "unset", Client: map[bool]string{true: "carol"}[parent == ""],
+			Resource: "{}", Attributes: "{}", Scope: "t", Pid: 1, Tid: 2, ReceivedNs: time.Now().UnixNano()}
+	}
+	b := &store.SpanBatch{Spans: []store.Span{sp("0000000000000001", "", "upload", 0, 100*ms), sp("0000000000000002", "0000000000000001", "write", 20*ms, 60*ms)}}
+	if err := st.WriteSpans(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	const written = 528 << 10
+	err := st.WriteThreadActivity(ctx, []store.ThreadActivity{
+		{Host: "h", Pid: 1, Tid: 2, Kind: "cpu", StartNs: base, EndNs: base + 100*ms},
+		{Host: "h", Pid: 1, Tid: 2, Kind: "io", StartNs: base + 30*ms, EndNs: base + 40*ms, Bytes: written, Op: "W", Dev: "8:0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Account(ctx, st, fixedTracker{base + 10_000*ms}, time.Now().UnixNano()); err != nil || n != 2 {
+		t.Fatalf("accounted %d spans: %v", n, err)
+	}
+	res, err := st.Query(ctx, `SELECT span_id, io_bytes, io_count FROM span_accounting ORDER BY span_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(res.Rows); got != fmt.Sprint([][]any{{"0000000000000001", int64(0), int64(0)}, {"0000000000000002", int64(written), int64(1)}}) {
+		t.Errorf("span_accounting io_bytes, io_count: %v, want the write span's alone", got)
+	}
+	p, err := BuildPath(ctx, store.Plain(st), tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Own.IOBytes != written || p.Total.IOBytes != written {
+		t.Errorf("path own %v, total %v bytes of I/O, want %d", p.Own.IOBytes, p.Total.IOBytes, written)
+	}
+	for _, q := range []string{`SELECT io_bytes FROM request_demand`, `SELECT io_bytes FROM client_demand WHERE client = 'carol'`,
+		`SELECT sum(io_bytes) FROM service_counters`} {
+		res, err := st.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Rows) != 1 || f64(res.Rows[0][0]) != written {
+			t.Errorf("%s: %v, want %d", q, res.Rows, written)
+		}
+	}
+	var m bytes.Buffer
+	if err := WriteMetrics(ctx, store.Plain(st), &m); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("holter_client_io_bytes_total{client=\"carol\"} %d\n", written); !strings.Contains(m.String(), want) {
+		t.Errorf("/metrics lacks %q:\n%s", want, m.String())
+	}
+}

@@ -51,9 +51,11 @@ type Cost struct {
 	BlockedNs     float64 `json:"blocked_ns"`
 	SelfBlockedNs float64 `json:"self_blocked_ns"`
 	RunnableNs    float64 `json:"runnable_ns"`
-	IOBytes       float64 `json:"io_bytes"`
-	IONs          float64 `json:"io_ns"`
-	IOCount       float64 `json:"io_count"`
+	// IOBytes, IONs and IOCount are the block I/O submitted in the span's
+	// own time, not in its children's on its thread (a self cost).
+	IOBytes float64 `json:"io_bytes"`
+	IONs    float64 `json:"io_ns"`
+	IOCount float64 `json:"io_count"`
 	// DirtiedBytes is the page cache the span's thread made dirty (its
 	// buffered writes); WritebackBytes the block writes of those files
 	// that kernel flushers made later on its behalf (write-back), which

@@ -717,20 +717,28 @@ func stackIDs(rows [][]any, cols ...int) []string {
 
 // framesOf is the frames of the stack whose id is in v, or nil.
 func framesOf(stacks map[string]*Stack, v any) []string {
-	if v == nil {
-		return nil
-	}
-	if st := stacks[asString(v)]; st != nil {
+	if st := stackOf(stacks, v); st != nil {
 		return st.Frames
 	}
 	return nil
+}
+
+// stackOf is the stack whose id is in v, or nil.
+func stackOf(stacks map[string]*Stack, v any) *Stack {
+	if v == nil {
+		return nil
+	}
+	return stacks[asString(v)]
 }
 
 // FlameStack is one folded stack, root first: the host when the range
 // spans several, the process name, the user frames, then the kernel
 // frames marked with a " [k]" suffix.
 type FlameStack struct {
-	Frames     []string `json:"frames"`
+	Frames []string `json:"frames"`
+	// Modules parallels Frames: each frame's executable or library, ""
+	// for the host and process names and frames of no known module.
+	Modules    []string `json:"modules"`
 	Weight     float64  `json:"weight"`
 	BaseWeight float64  `json:"base_weight"`
 }
@@ -747,7 +755,7 @@ type FlameAnswer struct {
 }
 
 func (a *api) flame(r *http.Request) (any, error) {
-	p := newParams(r.URL.Query(), slices.Concat(filterParams, []string{"base_from", "base_to"})...)
+	p := newParams(r.URL.Query(), slices.Concat(filterParams, []string{"base_from", "base_to", "format"})...)
 	f := readFilter(p, true)
 	var base *sampleFilter
 	if p.q.Has("base_from") || p.q.Has("base_to") {
@@ -782,22 +790,31 @@ func (a *api) flame(r *http.Request) (any, error) {
 			return err
 		}
 		for _, row := range res.Rows {
-			var path []string
+			var path, modules []string
 			if sel.hosts > 1 {
-				path = append(path, asString(row[0]))
+				path, modules = append(path, asString(row[0])), append(modules, "")
 			}
-			path = append(path, asString(row[1]))
-			user, kernel := framesOf(stacks, row[2]), framesOf(stacks, row[3])
-			for i := len(user) - 1; i >= 0; i-- {
-				path = append(path, user[i])
-			}
-			for i := len(kernel) - 1; i >= 0; i-- {
-				path = append(path, kernel[i]+" [k]")
+			path, modules = append(path, asString(row[1])), append(modules, "")
+			for _, part := range []struct {
+				st     *Stack
+				suffix string
+			}{{stackOf(stacks, row[2]), ""}, {stackOf(stacks, row[3]), " [k]"}} {
+				if part.st == nil {
+					continue
+				}
+				for i := len(part.st.Frames) - 1; i >= 0; i-- {
+					path = append(path, part.st.Frames[i]+part.suffix)
+					m := ""
+					if i < len(part.st.Modules) {
+						m = part.st.Modules[i]
+					}
+					modules = append(modules, m)
+				}
 			}
 			key := strings.Join(path, "\x00")
 			st := byPath[key]
 			if st == nil {
-				st = &FlameStack{Frames: path}
+				st = &FlameStack{Frames: path, Modules: modules}
 				byPath[key] = st
 				ans.Stacks = append(ans.Stacks, st)
 			}

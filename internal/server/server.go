@@ -166,7 +166,7 @@ func Listen(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /api/vitals", handle(a.vitals))
 	mux.HandleFunc("GET /api/samples", handle(a.samples))
 	mux.HandleFunc("GET /api/stacks", handle(a.stacks))
-	mux.HandleFunc("GET /api/flame", handle(a.flame))
+	mux.HandleFunc("GET /api/flame", a.flameExport)
 	mux.HandleFunc("GET /api/top", handle(a.top))
 	mux.HandleFunc("GET /api/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")

@@ -35,12 +35,17 @@ export interface Filter { pid?: string; comm?: string; uid?: string; exe?: strin
 
 export class APIError extends Error {}
 
-export async function get<T>(path: string, params: Params = {}): Promise<T> {
+/** The URL of an API path with its parameters; empty ones are left out. */
+export function apiURL(path: string, params: Params = {}): string {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) {
     if (v !== undefined && v !== null && v !== '') q.set(k, typeof v === 'number' ? Math.round(v).toString() : v);
   }
-  const url = path + (q.size ? '?' + q.toString() : '');
+  return path + (q.size ? '?' + q.toString() : '');
+}
+
+export async function get<T>(path: string, params: Params = {}): Promise<T> {
+  const url = apiURL(path, params);
   const resp = await fetch(url, { headers: { Accept: 'application/json' } });
   const body = await resp.json().catch(() => null);
   if (!resp.ok) throw new APIError(body?.error ?? `${resp.status} ${resp.statusText}`);

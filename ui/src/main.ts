@@ -2,7 +2,7 @@
 // drill-down into a selected range's samples, flame graphs and top tables.
 // Everything comes from the JSON API (internal/server/openapi.yaml).
 
-import { Filter, FlameAnswer, get, Overview, Sample, SamplesAnswer, Stack, TopAnswer, VitalsAnswer } from './api';
+import { apiURL, Filter, FlameAnswer, get, Overview, Sample, SamplesAnswer, Stack, TopAnswer, VitalsAnswer } from './api';
 import { lineChart, Line } from './chart';
 import { fmtDuration, fmtNum, fmtTime, h, palette } from './dom';
 import { flameGraph } from './flame';
@@ -371,7 +371,7 @@ async function refreshFlame() {
       h('input', { id: 'flame-diff', type: 'checkbox', checked: state.flameDiff && !!state.baseline, disabled: !state.baseline,
         onchange: (e) => { state.flameDiff = (e.target as HTMLInputElement).checked; refreshDrill(); } }),
       ' differential against the baseline (red grew, blue shrank)'),
-    h('span', { id: 'flame-info' }));
+    h('span', { id: 'flame-info' }), h('span', { id: 'flame-download' }));
   const graph = h('div', { id: 'flame-graph' });
   const seq = drillSeq;
   body.replaceChildren(controls, graph);
@@ -384,6 +384,13 @@ async function refreshFlame() {
     $('flame-info').textContent = ` ${fmtNum(a.total)} ${a.unit}` + (diff ? ` (baseline ${fmtNum(a.base_total)})` : '') +
       (a.truncated ? ' — truncated to the heaviest stacks' : '');
     flameGraph(graph, a, diff);
+    // The same stacks for other tools: go tool pprof, Pyroscope, Parca;
+    // flamegraph.pl, speedscope. A differential graph exports as JSON only.
+    if (!diff) {
+      $('flame-download').replaceChildren(' download: ',
+        h('a', { id: 'flame-pprof', href: apiURL('/api/flame', { ...params, format: 'pprof' }), download: `holter-${a.vital}.pb.gz` }, 'pprof'), ' · ',
+        h('a', { id: 'flame-folded', href: apiURL('/api/flame', { ...params, format: 'folded' }), download: `holter-${a.vital}.folded` }, 'folded'));
+    }
   } catch (e) { showError(e); }
 }
 

@@ -46,6 +46,10 @@ let seq = 0;
 const ms = (ns: number) => (ns >= 1e9 ? (ns / 1e9).toFixed(2) + ' s' : ns >= 1e6 ? (ns / 1e6).toFixed(ns >= 1e8 ? 0 : 1) + ' ms' : (ns / 1e3).toFixed(0) + ' µs');
 const costText = (c?: Cost) => !c ? 'no kernel account' : !c.accounted ? 'not accounted' :
   `cpu ${ms(c.self_cpu_ns)} · blocked ${ms(c.self_blocked_ns)} · io ${fmtNum(c.io_bytes)}B`;
+// A span without thread.id or process.pid cannot be charged: say so, and
+// where the fix is.
+const spanCost = (n: PathNode) => !n.kernel && (!n.pid || !n.tid)
+  ? 'not accounted: the span has no thread.id or process.pid (holter status says how to add them)' : costText(n.kernel);
 
 export async function renderTraces(el: HTMLElement, p: TracesPage) {
   const mine = ++seq;
@@ -140,10 +144,10 @@ export function waterfall(el: HTMLElement, path: TracePath) {
       x(n.end_ns) < LW + bw / 2
         ? s('text', { class: 'tick', x: x(n.end_ns) + 4, y: y + 14 }, ms(n.duration_ns) + (marks ? ' ' + marks : ''))
         : s('text', { class: 'tick', x: x(n.start_ns) - 4, y: y + 14, 'text-anchor': 'end' }, ms(n.duration_ns) + (marks ? ' ' + marks : '')),
-      s('text', { class: 'cost', x: LW + bw + 10, y: y + 14 }, `${n.host} · ` + (r.batch && r.depth === 0 ? 'billed ' + costText(r.batch.billed) : costText(n.kernel))));
+      s('text', { class: 'cost', x: LW + bw + 10, y: y + 14 }, `${n.host} · ` + (r.batch && r.depth === 0 ? 'billed ' + costText(r.batch.billed) : spanCost(n))));
     g.append(s('title', {}, `${n.service} ${n.operation} (${n.kind}) on ${n.host}, pid ${n.pid ?? '?'} tid ${n.tid ?? '?'}\n` +
       `${ms(n.duration_ns)}, self ${ms(n.self_ns)}, ${ms(n.before_ns)} after its parent started` + (n.async ? ', outlives its parent' : '') +
-      `\n${costText(n.kernel)}`));
+      `\n${spanCost(n)}`));
     svg.append(g);
   });
   el.replaceChildren(

@@ -89,6 +89,16 @@ uiTest("the on-CPU and off-CPU flame graphs show the workloads' functions", 'fla
   await page.waitForSelector(`#flame-graph g.frame[data-name="${cpuFunc}"]`);
   await page.selectOption('#flame-vital', 'blck');
   await page.waitForSelector(`#flame-graph g.frame[data-name="${blckFunc}"]`);
+  // The graph downloads for other tools: a gzip'd pprof profile, folded stacks.
+  await page.waitForSelector('#flame-pprof[download="holter-blck.pb.gz"]');
+  const got = await page.evaluate(async () => {
+    const pprof = new Uint8Array(await (await fetch(document.querySelector('#flame-pprof').href)).arrayBuffer());
+    const folded = await (await fetch(document.querySelector('#flame-folded').href)).text();
+    return { magic: [pprof[0], pprof[1]], size: pprof.length, folded };
+  });
+  assert.deepEqual(got.magic, [0x1f, 0x8b], 'the pprof download is gzip');
+  assert.ok(got.size > 100, `pprof of ${got.size} bytes`);
+  assert.ok(got.folded.split('\n').some((l) => l.includes(blckFunc) && / \d+$/.test(l)), `folded stacks with ${blckFunc}`);
 });
 
 uiTest('a differential flame graph compares two ranges', 'flame-diff', async () => {
