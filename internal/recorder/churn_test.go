@@ -36,7 +36,9 @@ func TestChurnKeepsLabels(t *testing.T) {
 	var mu sync.Mutex
 	var samples []sample
 	bounds := map[int64][2]int64{}
-	rec, stop := startRecorder(t, Config{Epoch: 12 * time.Second, Budget: -1, Vitals: []Vital{Syscall, Umem, Kmem}},
+	// The cap on samples per epoch (off here) would drop the first events of
+	// the new labels this test counts.
+	rec, stop := startRecorder(t, Config{Epoch: 12 * time.Second, Budget: -1, Vitals: []Vital{Syscall, Umem, Kmem}, MaxSamples: -1},
 		func(e *store.Epoch) error {
 			stacks := map[uint64]store.Stack{}
 			for _, st := range e.Stacks {
