@@ -35,7 +35,7 @@ func TestVersion(t *testing.T) {
 func TestHelpCommand(t *testing.T) {
 	bin := testutil.BuildHolter(t)
 	out, errOut, code := runHolter(t, bin, "help", "query")
-	if code != 0 || !strings.Contains(out, "examples:\n  holter query ") || !strings.Contains(out, "-format string") {
+	if code != 0 || !strings.Contains(out, "examples:\n  holter query ") || !strings.Contains(out, "-format ") {
 		t.Errorf("help query: exit %d %s\n%s", code, errOut, out)
 	}
 	for _, c := range commands() {
