@@ -35,8 +35,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	budget := valueFlag(fs, "budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)", percentOrOff)
 	threshold := valueFlag(fs, "threshold", "0", "sampling threshold t, a power of 2 (0: 2^sketch.DefaultShift)", powerOfTwoIn(2, 1<<16))
 	cpuHz := valueFlag(fs, "cpu-hz", strconv.Itoa(recorder.DefaultCPUHz), "cpu vital sampling frequency per CPU", countIn(1, 10000))
-	maxSamples := valueFlag(fs, "max-samples", strconv.Itoa(recorder.DefaultMaxSamples),
-		"samples each vital may store per epoch; over it the rarest labels' go first, counted as capped (0: no cap)", countIn(0, 1<<24))
+	// The cap is off by default: at recorder.DefaultMaxSamples the
+	// diagnoses lost the samples they rank by (README: What a day costs).
+	maxSamples := valueFlag(fs, "max-samples", "0",
+		"samples each vital may store per epoch, e.g. 40; over it the rarest labels' go first, counted as capped (0: no cap)", countIn(0, 1<<24))
 	schedMin := valueFlag(fs, "sched-min", formatDuration(recorder.DefaultSchedMin), "scheduling delay that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
 	blckMin := valueFlag(fs, "blck-min", formatDuration(recorder.DefaultBlckMin), "blocking time that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
 	sf := addServeFlags(fs, "address of the web UI and its API (empty: neither; the CLI uses the socket in --data)")
