@@ -4,7 +4,8 @@ import (
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// DefaultMaxSamples is the samples a vital may store per epoch at defaults.
+// DefaultMaxSamples is a cap that keeps a churning host's day in some
+// 40 MB (the cap is off unless asked for: Config.MaxSamples).
 // Stored, a sample takes some 75 bytes and a new stack some 90
 // (bench/footprint.sh on hosts with churn): ten vitals at the cap for 1440
 // one-minute epochs a day is 43 MB of samples, and their new stacks, half

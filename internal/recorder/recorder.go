@@ -36,7 +36,8 @@ type Config struct {
 	// 0 means DefaultBudget and a negative value turns the budget off.
 	Budget float64
 	// MaxSamples is what each vital may store per epoch (see sampleCap);
-	// 0 means DefaultMaxSamples and a negative value turns the cap off.
+	// 0 or a negative value stores every sample (the default: a cap drops
+	// the once-seen labels' samples first, those the sketch exists for).
 	MaxSamples int
 	// CPUHz is the cpu vital's sampling frequency per CPU.
 	CPUHz int
@@ -84,9 +85,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Shift > 16 {
 		return fmt.Errorf("threshold 2^%d is too large (at most 2^16)", c.Shift)
-	}
-	if c.MaxSamples == 0 {
-		c.MaxSamples = DefaultMaxSamples
 	}
 	if c.CPUHz == 0 {
 		c.CPUHz = DefaultCPUHz
