@@ -119,12 +119,12 @@ func (o *Online) Close() {
 
 func (o *Online) run() {
 	defer close(o.done)
-	// The analysis runs on a thread of its own at the lowest priority:
+	// The analysis runs on a thread of its own at nice 10, as queries:
 	// on a busy host it waits rather than delay the recorder's reading of
 	// its buffers and its commits. (The store's queries run on the thread
 	// that makes them.) Without the right to renice, it runs as is.
 	runtime.LockOSThread()
-	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19); err != nil {
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 10); err != nil {
 		o.logf("online analysis at normal priority: %v", err)
 	}
 	for {
