@@ -97,7 +97,9 @@ func sideEffectFunctions(db *sql.DB) (map[string]bool, error) {
 		if err := rows.Scan(&name); err != nil {
 			return nil, fmt.Errorf("list functions with side effects: %w", err)
 		}
-		if !harmlessSideEffects[name] {
+		// budgetFunction, the store's own, is allowed in the bounded
+		// form alone (checkFunctions).
+		if !harmlessSideEffects[name] && name != budgetFunction {
 			out[name] = true
 		}
 	}

@@ -187,9 +187,6 @@ func Open(dir string, opts *Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	// The store's own function, registered by openInstance, is allowed
-	// in the bounded form alone (sandbox).
-	delete(s.sideEffects, budgetFunction)
 	if !o.ReadOnly {
 		if err := s.migrate(existed); err != nil {
 			db.Close()
