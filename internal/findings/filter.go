@@ -125,14 +125,8 @@ func Evaluate(w *Window, filters []Filter) ([]Finding, []Unevaluated) {
 	var found []Finding
 	var skipped []Unevaluated
 	for _, f := range filters {
-		var missing []string
-		for _, v := range f.Needs() {
-			if reason, ok := w.Unavailable[v]; ok {
-				missing = append(missing, fmt.Sprintf("%s %s", v, reason))
-			}
-		}
-		if len(missing) > 0 {
-			skipped = append(skipped, Unevaluated{Rule: f.Name(), Reason: strings.Join(missing, "; ")})
+		if u, ok := unevaluable(f, w.Unavailable); ok {
+			skipped = append(skipped, u)
 			continue
 		}
 		var mine []Finding
@@ -155,6 +149,53 @@ func Evaluate(w *Window, filters []Filter) ([]Finding, []Unevaluated) {
 		return stronger(found[i], found[j])
 	})
 	return found, skipped
+}
+
+// Unevaluable lists the filters that cannot run for want of a vital
+// that is unavailable (vital → why), as Evaluate reports them.
+func Unevaluable(filters []Filter, unavailable map[string]string) []Unevaluated {
+	var out []Unevaluated
+	for _, f := range filters {
+		if u, ok := unevaluable(f, unavailable); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func unevaluable(f Filter, unavailable map[string]string) (Unevaluated, bool) {
+	var missing []string
+	for _, v := range f.Needs() {
+		if reason, ok := unavailable[v]; ok {
+			missing = append(missing, fmt.Sprintf("%s %s", v, reason))
+		}
+	}
+	if len(missing) == 0 {
+		return Unevaluated{}, false
+	}
+	return Unevaluated{Rule: f.Name(), Reason: strings.Join(missing, "; ")}, true
+}
+
+// Unrecorded says which vitals no epoch of the host recorded in the
+// range (vital → why), as Load's Window.Unavailable does for the
+// intervals it loads.
+func Unrecorded(ctx context.Context, q Querier, host string, r Range) (map[string]string, error) {
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT DISTINCT v.vital FROM epochs e JOIN vitals v ON v.host = e.host AND v.epoch = e.epoch
+		WHERE e.host = %s AND e.end_ns > %d AND e.start_ns < %d`, sqlString(host), r.StartNs, r.EndNs))
+	if err != nil {
+		return nil, fmt.Errorf("vitals recorded: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, row := range res.Rows {
+		seen[fmt.Sprint(row[0])] = true
+	}
+	out := map[string]string{}
+	for _, v := range Vitals {
+		if !seen[v] {
+			out[v] = "not recorded in this range"
+		}
+	}
+	return out, nil
 }
 
 // stronger orders findings by severity, then by their filter's own score.

@@ -123,6 +123,25 @@ func Build(ctx context.Context, q findings.Querier, o Options) (*Report, error) 
 	if r.AnalysedNs == 0 && r.EvaluatedNs == 0 {
 		return nil, fmt.Errorf("%w on host %s between %s and %s", findings.ErrNoData, host, fmtNs(o.Range.StartNs), fmtNs(o.Range.EndNs))
 	}
+	if r.AnalysedNs > 0 {
+		// The online analysis stored what it found, not what it could
+		// not judge: the filters short of a vital in the range are named
+		// here, as an evaluation now would.
+		missing, err := findings.Unrecorded(ctx, q, host, o.Range)
+		if err != nil {
+			return nil, err
+		}
+		for v, reason := range o.Unavailable {
+			if _, ok := missing[v]; ok {
+				missing[v] = reason
+			}
+		}
+		for _, u := range findings.Unevaluable(findings.DefaultFilters(nil), missing) {
+			if _, ok := skipped[u.Rule]; !ok {
+				skipped[u.Rule] = u
+			}
+		}
+	}
 	for _, u := range skipped {
 		r.Unevaluated = append(r.Unevaluated, u)
 	}

@@ -73,6 +73,26 @@ func TestBuildReadsTheAnalysedAndEvaluatesTheRest(t *testing.T) {
 		in.StartNs != 20*sec || in.Severity < 0.45 || in.Severity > 0.55 || len(in.Drill) != 3 {
 		t.Errorf("second incident %+v", in)
 	}
+	// A range the online analysis judged whole still names the filters
+	// short of a vital (no l2 is recorded here), with the caller's reason.
+	rep, err = Build(ctx, findings.FromStore(st), Options{Range: findings.Range{StartNs: 5 * sec, EndNs: 15 * sec},
+		Unavailable: map[string]string{"l2": "needs a hardware PMU"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.EvaluatedNs != 0 {
+		t.Errorf("evaluated %d ns of an analysed range", rep.EvaluatedNs)
+	}
+	said := map[string]string{}
+	for _, u := range rep.Unevaluated {
+		said[u.Rule] = u.Reason
+	}
+	if r := said["rule1-busy-loop"]; r != "l2 needs a hardware PMU" {
+		t.Errorf("rule1-busy-loop unevaluated because %q; all: %+v", r, rep.Unevaluated)
+	}
+	if _, ok := said["busy-loop"]; ok {
+		t.Errorf("busy-loop, which needs only cpu, said unevaluable: %+v", rep.Unevaluated)
+	}
 	if _, err := Build(ctx, findings.FromStore(st), Options{Range: findings.Range{StartNs: 100 * sec, EndNs: 200 * sec}}); !errors.Is(err, findings.ErrNoData) {
 		t.Errorf("a range with nothing recorded: %v", err)
 	}
