@@ -21,6 +21,9 @@ test('the host selector offers every host, and a vital overlays one line per hos
   try {
     await page.goto(url);
     await page.waitForSelector('body[data-ready]', { timeout: 15000 });
+    // The UI opens on the findings when there are incidents: the vitals
+    // are a click away.
+    await page.click('nav a[data-route="vitals"]');
     const options = await page.locator('#host-select option').evaluateAll((os) => os.map((o) => [o.value, o.textContent]));
     assert.deepEqual(options.map((o) => o[0]), ['', ...hosts], `host options ${JSON.stringify(options)}`);
     assert.match(options[0][1], /all 2 hosts/);
