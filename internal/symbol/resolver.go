@@ -37,6 +37,7 @@ var (
 	errProcessChanged = errors.New("process changed while reading")
 	errInodeMismatch  = errors.New("file at mapped path is not the mapped file")
 	errDeleted        = errors.New("mapped file is deleted")
+	errUnopened       = errors.New("mapped file not opened")
 )
 
 // Resolver resolves user-space addresses of processes via /proc/PID/maps and the ELF symbol tables
@@ -201,9 +202,7 @@ func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
 	key := imageKey{img.Dev, img.Ino}
 	if p != nil {
 		if img.Ino != 0 && img.MmapBase != 0 {
-			r.mu.Lock()
-			r.images.add(key, &image{p: p, layout: img})
-			r.mu.Unlock()
+			r.remember(key, p, img)
 		}
 		return frames
 	}
@@ -227,6 +226,31 @@ func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
 		frames[i].Addr = a
 	}
 	return frames
+}
+
+// remember makes live process p the image's reference, unless the one it
+// has maps more: a process resolved while the dynamic loader was still
+// mapping its libraries (a short-lived one's first samples) would leave
+// the samples in those libraries of the program's later processes
+// unresolved.
+func (r *Resolver) remember(key imageKey, p *process, img Image) {
+	p.mu.Lock()
+	n := len(p.maps)
+	p.mu.Unlock()
+	r.mu.Lock()
+	cur, ok := r.images.get(key)
+	r.mu.Unlock()
+	if ok && cur.p != p {
+		cur.p.mu.Lock()
+		more := len(cur.p.maps) > n
+		cur.p.mu.Unlock()
+		if more {
+			return
+		}
+	}
+	r.mu.Lock()
+	r.images.add(key, &image{p: p, layout: img})
+	r.mu.Unlock()
 }
 
 // ExeImage is Exe, or once pid is gone, the executable of the last process
@@ -395,12 +419,18 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 			}
 			fallthrough
 		default:
-			if obj, _ = r.loadObject(p.pid, m); obj == nil {
+			var err error
+			if obj, err = r.loadObject(p.pid, m); obj == nil {
 				m.key = ""
 			}
-			r.mu.Lock()
-			r.files.add(fk, m.key)
-			r.mu.Unlock()
+			// A file that could not be opened through this process (gone
+			// by now, its mapping not reachable) may be through another:
+			// only what was read is remembered for every process.
+			if !errors.Is(err, errUnopened) {
+				r.mu.Lock()
+				r.files.add(fk, m.key)
+				r.mu.Unlock()
+			}
 		}
 	}
 	if obj == nil {
@@ -423,7 +453,7 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
 	f, err := r.openMapped(pid, m)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errUnopened, err)
 	}
 	r.opens.Add(1)
 	defer f.Close()
