@@ -75,16 +75,23 @@ func TestPlantedIncidentsRankFirst(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The host is shared: incidents about other tests' processes
-			// only are real, but not this test's to rank.
+			// only, or that blame one of them (a run queue that another's
+			// build filled, this test's processes among those waiting),
+			// are real, but not this test's to rank.
 			var ours []incident.Incident
 			var lines []string
 			for _, i := range rep.Incidents {
-				if len(i.Processes) > 0 && !slices.ContainsFunc(i.Processes, func(p findings.Process) bool { return !others.has(p.Pid) }) {
-					lines = append(lines, fmt.Sprintf("  %d. (another's) [%.2f %s] %s", i.Rank, i.Severity, i.Resource, i.Summary))
+				culprit := ""
+				if c := i.Culprit; c != nil {
+					culprit = fmt.Sprintf(" — culprit %d/%s in %q %v", c.Pid, c.Comm, c.Function, c.User[:min(len(c.User), 4)])
+				}
+				if len(i.Processes) > 0 && !slices.ContainsFunc(i.Processes, func(p findings.Process) bool { return !others.has(p.Pid) }) ||
+					i.Culprit != nil && others.has(i.Culprit.Pid) {
+					lines = append(lines, fmt.Sprintf("  %d. (another's) [%.2f %s] %s%s", i.Rank, i.Severity, i.Resource, i.Summary, culprit))
 					continue
 				}
 				ours = append(ours, i)
-				lines = append(lines, fmt.Sprintf("  %d. [%.2f %s] %s", i.Rank, i.Severity, i.Resource, i.Summary))
+				lines = append(lines, fmt.Sprintf("  %d. [%.2f %s] %s%s", i.Rank, i.Severity, i.Resource, i.Summary, culprit))
 			}
 			rank := slices.IndexFunc(ours, func(i incident.Incident) bool { return planted.Names(i, in.Culprit) }) + 1
 			t.Logf("%s in %s (%s): rank %d among this test's incidents\n%s", c, in.Culprit, in.Params, rank, strings.Join(lines[:min(len(lines), 8)], "\n"))
