@@ -50,26 +50,34 @@ func (a apiQuerier) Query(ctx context.Context, q string) (*store.Result, error) 
 
 // source is where analysis commands read: the running recorder, or the store.
 type source struct {
-	q      findings.Querier
-	agent  *client
+	q     findings.Querier
+	agent *client
+	// st is the store when no recorder answers.
+	st     *store.Store
 	closer func()
 }
 
 func openSource(af agentFlags) (*source, error) {
+	return openSourceWith(af, store.Options{})
+}
+
+// openSourceWith is openSource opening the store with opts, read-only.
+func openSourceWith(af agentFlags, opts store.Options) (*source, error) {
 	if c, ok := af.agent(); ok {
 		return &source{q: apiQuerier{c}, agent: c, closer: func() {}}, nil
 	}
 	if *af.api != "" {
 		return nil, fmt.Errorf("no recorder answers at %s", *af.api)
 	}
-	st, err := store.Open(*af.data, &store.Options{ReadOnly: true})
+	opts.ReadOnly = true
+	st, err := store.Open(*af.data, &opts)
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return nil, fmt.Errorf("the store in %s is held by a recorder whose API does not answer: %w", *af.data, err)
 		}
 		return nil, err
 	}
-	return &source{q: findings.FromStore(st), closer: func() { st.Close() }}, nil
+	return &source{q: findings.FromStore(st), st: st, closer: func() { st.Close() }}, nil
 }
 
 // unavailable is the recorder's reasons for the vitals it cannot record,

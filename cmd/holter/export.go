@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -13,14 +15,17 @@ import (
 
 	"github.com/holter-dev/holter/internal/chrometrace"
 	"github.com/holter-dev/holter/internal/findings"
+	"github.com/holter-dev/holter/internal/parquet"
+	"github.com/holter-dev/holter/internal/store"
 )
 
 // runExport writes a range's samples in other tools' formats: pprof
 // (go tool pprof, Pyroscope, Parca) and folded stacks (flamegraph.pl,
-// speedscope), from the recorder's flame graph (GET /api/flame).
+// speedscope), from the recorder's flame graph (GET /api/flame); Perfetto
+// trace events; and a table's rows or a query's as Parquet.
 func runExport(args []string, stdout, stderr io.Writer) error {
 	format := ""
-	if len(args) > 0 && (args[0] == "pprof" || args[0] == "folded" || args[0] == "perfetto") {
+	if len(args) > 0 && (args[0] == "pprof" || args[0] == "folded" || args[0] == "perfetto" || args[0] == "parquet") {
 		format, args = args[0], args[1:]
 	}
 	fs := newFlags("export", stderr)
@@ -31,17 +36,23 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	comm := fs.String("comm", "", "only the samples of processes of this name")
 	host := fs.String("host", "", "host (default: all the store holds)")
 	out := fs.String("out", "", "file to write (- for stdout)")
-	if err := parse(fs, args); err != nil {
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if format == "" {
-		return usagef("give the format: holter export pprof|folded|perfetto --range START/END [--vital cpu] [--pid N] --out FILE")
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return usagef("give the format: holter export pprof|folded|perfetto --range START/END [--vital cpu] [--pid N] --out FILE, or holter export parquet [--range START/END] TABLE|SQL --out FILE")
 	}
 	if *out == "" {
 		return usagef("--out: give the file to write (- for stdout)")
+	}
+	if format == "parquet" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		return exportParquet(af, set, positional, *rng, *out, stdout)
+	}
+	if len(positional) > 0 {
+		return usagef("unexpected argument %q", positional[0])
 	}
 	if format == "perfetto" {
 		return exportPerfetto(af, *rng, *vital, *pid, *out, stdout, stderr)
@@ -97,16 +108,12 @@ func exportPerfetto(af agentFlags, rng, vital string, pid int64, out string, std
 	} else if !slices.Contains(vitalNames(), vital) {
 		return usagef("--vital: unknown vital %q (one of %s, or all)", vital, strings.Join(vitalNames(), ", "))
 	}
-	src, err := openSource(af)
+	src, r, err := openRange(af, store.Options{}, rng)
 	if err != nil {
 		return err
 	}
 	defer src.closer()
 	ctx := context.Background()
-	r, err := findings.ParseRange(ctx, src.q, rng, time.Now())
-	if err != nil {
-		return rangeUsage(err)
-	}
 	events, truncated, err := chrometrace.Samples(ctx, src.q, r.StartNs, r.EndNs, vital, pid)
 	if err != nil {
 		return err
@@ -127,4 +134,79 @@ func exportPerfetto(af agentFlags, rng, vital string, pid int64, out string, std
 		return err
 	}
 	return f.Close()
+}
+
+// exportParquet writes a table's rows over a range, or a query's, as a
+// Parquet file: through the running recorder's API, or from the store.
+func exportParquet(af agentFlags, set map[string]bool, args []string, rng, out string, stdout io.Writer) error {
+	for _, name := range []string{"vital", "pid", "comm", "host"} {
+		if set[name] {
+			return usagef("--%s: applies to pprof, folded and perfetto; a Parquet export selects with its table and --range, or its query", name)
+		}
+	}
+	if len(args) != 1 {
+		return usagef("give one table or query: holter export parquet [--range START/END] TABLE|SQL --out FILE")
+	}
+	what := args[0]
+	if strings.TrimSpace(what) == "" {
+		return usagef("give a table or a query, not an empty argument")
+	}
+	if out != "-" {
+		if st, err := os.Stat(out); err == nil && st.IsDir() {
+			return usagef("--out: %s is a directory; give the file to write", out)
+		}
+	}
+	// Opened here, the store writes the file itself, into a private
+	// directory beside out, which it is opened allowing; made first, it
+	// shows an --out where nothing can be written before the query runs.
+	dir, err := parquet.ExportDir(out)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	src, r, err := openRange(af, store.Options{ExportDir: dir}, rng)
+	if err != nil {
+		return err
+	}
+	defer src.closer()
+	ctx := context.Background()
+	sel, err := parquet.Select(ctx, src.q, what, r, set["range"])
+	var bad parquet.ArgumentError
+	if errors.As(err, &bad) {
+		return usagef("%s", bad)
+	}
+	if err != nil {
+		return err
+	}
+	if src.st != nil {
+		path, _, err := src.st.ExportParquet(ctx, sel)
+		if err != nil {
+			return err
+		}
+		return parquet.Place(path, out, stdout)
+	}
+	send := func(w io.Writer) error {
+		if err := src.agent.do(ctx, "POST", "/api/export/parquet", strings.NewReader(sel), w); err != nil {
+			return fmt.Errorf("export parquet: %w", err)
+		}
+		return nil
+	}
+	if out == "-" {
+		return send(stdout)
+	}
+	return parquet.WriteFile(out, send)
+}
+
+// openRange opens the source (openSourceWith) and reads rng against it.
+func openRange(af agentFlags, opts store.Options, rng string) (*source, findings.Range, error) {
+	src, err := openSourceWith(af, opts)
+	if err != nil {
+		return nil, findings.Range{}, err
+	}
+	r, err := findings.ParseRange(context.Background(), src.q, rng, time.Now())
+	if err != nil {
+		src.closer()
+		return nil, findings.Range{}, rangeUsage(err)
+	}
+	return src, r, nil
 }

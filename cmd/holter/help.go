@@ -46,6 +46,8 @@ var examples = map[string][]string{
 		"holter export pprof --range -15m/now --vital cpu --out cpu.pb.gz && go tool pprof -top cpu.pb.gz",
 		"holter export folded --range 2026-11-25T10:00/2026-11-25T10:05 --vital blck --pid 1234 --out - | flamegraph.pl > blck.svg",
 		"holter export perfetto --range -1m/now --vital all --out samples.json   # open in ui.perfetto.dev",
+		"holter export parquet --range -1h/now samples --out samples.parquet   # a table over a range: DuckDB, pandas, Spark",
+		"holter export parquet \"SELECT comm, sum(weight) AS w FROM samples GROUP BY comm\" --out - > by-comm.parquet   # a read-only query",
 	},
 	"completion": {"source <(holter completion bash)", "holter completion fish > ~/.config/fish/completions/holter.fish"},
 }

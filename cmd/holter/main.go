@@ -42,7 +42,7 @@ func commands() []command {
 		{"runs", "list the run catalog and the anomalous runs with their metrics", runRuns},
 		{"trace-path", "show a request's causal path across services with its kernel costs", runTracePath},
 		{"latency-graph", "show a workload's latency graph (text, JSON or DOT)", runLatencyGraph},
-		{"export", "write a range's samples as a pprof profile, folded stacks or Perfetto trace: holter export pprof|folded|perfetto", runExport},
+		{"export", "write a range's samples as a pprof profile, folded stacks or Perfetto trace, or a table or query as Parquet: holter export pprof|folded|perfetto|parquet", runExport},
 		{"version", "print the version, commit, and Go and DuckDB versions (also --version, -v)", runVersion},
 		{"help", "show a command's examples and flags: holter help COMMAND", runHelp},
 		{"completion", "print a shell completion script: holter completion bash|zsh|fish", runCompletion},

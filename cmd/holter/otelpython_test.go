@@ -12,27 +12,32 @@ import (
 )
 
 // otelPython is a python3 with the stock OpenTelemetry SDK and its OTLP/HTTP
-// exporter from PyPI, in a virtual environment kept in the user's cache
-// directory across runs.
+// exporter from PyPI (pythonVenv).
 func otelPython(t *testing.T) string {
+	return pythonVenv(t, "otel-python", "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter",
+		"opentelemetry-sdk==1.45.2", "opentelemetry-exporter-otlp-proto-http==1.45.2")
+}
+
+// pythonVenv is the python of a virtual environment named name with
+// packages from PyPI, kept in the user's cache directory across runs:
+// made when probe, a Python statement, fails in it.
+func pythonVenv(t *testing.T, name, probe string, packages ...string) string {
 	t.Helper()
 	python3 := testutil.RequireTool(t, "python3")
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	venv := filepath.Join(cache, "holter", "otel-python")
+	venv := filepath.Join(cache, "holter", name)
 	py := filepath.Join(venv, "bin", "python")
-	probe := "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter"
 	if exec.Command(py, "-c", probe).Run() == nil {
 		return py
 	}
 	if out, err := exec.Command(python3, "-m", "venv", venv).CombinedOutput(); err != nil {
 		t.Fatalf("python3 -m venv: %v\n%s", err, out)
 	}
-	if out, err := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "-q",
-		"opentelemetry-sdk==1.45.2", "opentelemetry-exporter-otlp-proto-http==1.45.2").CombinedOutput(); err != nil {
-		t.Fatalf("pip install the OpenTelemetry SDK: %v\n%s", err, out)
+	if out, err := exec.Command(filepath.Join(venv, "bin", "pip"), append([]string{"install", "-q"}, packages...)...).CombinedOutput(); err != nil {
+		t.Fatalf("pip install %s: %v\n%s", strings.Join(packages, " "), err, out)
 	}
 	return py
 }

@@ -125,7 +125,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	// What the recorder makes in the data directory is not for others:
 	// the groups of the socket reach what is theirs (access.ShareDir).
 	syscall.Umask(0o027)
-	st, err := store.Open(*data, &store.Options{Logf: logf, QueryTimeout: *queryTimeout})
+	st, err := store.Open(*data, &store.Options{Logf: logf, QueryTimeout: *queryTimeout, ExportDir: filepath.Join(*data, "exports")})
 	if err != nil {
 		if errors.Is(err, store.ErrLocked) {
 			return fmt.Errorf("another process is already recording into %s: %w", *data, err)

@@ -56,7 +56,14 @@ func runUI(args []string, stdout, stderr io.Writer) error {
 		}
 		cancel()
 	} else {
-		st, err := store.Open(*data, &store.Options{ReadOnly: true, QueryTimeout: *queryTimeout})
+		// The data directory may not be this user's to write: Parquet
+		// exports go through a private temporary directory.
+		exportDir, err := os.MkdirTemp("", "holter-ui-export-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(exportDir)
+		st, err := store.Open(*data, &store.Options{ReadOnly: true, QueryTimeout: *queryTimeout, ExportDir: exportDir})
 		if err != nil {
 			if errors.Is(err, store.ErrLocked) {
 				// DuckDB lets one process at a time hold the file: the recorder

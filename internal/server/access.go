@@ -75,7 +75,7 @@ func needs(r *http.Request) access.Role {
 	switch {
 	case r.Method == http.MethodGet || r.Method == http.MethodHead:
 		return access.Reader
-	case r.Method == http.MethodPost && r.URL.Path == "/api/query":
+	case r.Method == http.MethodPost && (r.URL.Path == "/api/query" || r.URL.Path == "/api/export/parquet"):
 		return access.Reader // read-only SQL, in a body for its length
 	}
 	return access.Admin

@@ -52,6 +52,7 @@ var readOnly = []struct{ method, path, body string }{
 	{"GET", "/api/openapi.yaml", ""},
 	{"GET", "/api/query?q=SELECT+1", ""},
 	{"POST", "/api/query", "SELECT 1"},
+	{"POST", "/api/export/parquet", "SELECT 1"},
 	{"GET", "/metrics", ""},
 	{"GET", "/", ""},
 }

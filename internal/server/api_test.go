@@ -263,7 +263,7 @@ func TestOpenAPIAndUI(t *testing.T) {
 		}
 	}
 	// Every endpoint is documented.
-	for _, path := range []string{"status", "vitals/{name}", "boost/{pid}", "query", "trace", "overview", "vitals", "samples", "stacks", "flame", "top", "openapi.yaml"} {
+	for _, path := range []string{"status", "vitals/{name}", "boost/{pid}", "query", "export/parquet", "trace", "overview", "vitals", "samples", "stacks", "flame", "top", "openapi.yaml"} {
 		if !strings.Contains(string(openAPI), "\n  /api/"+path+":\n") {
 			t.Errorf("openapi.yaml does not describe /api/%s", path)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/holter-dev/holter/internal/store"
@@ -51,17 +53,63 @@ func registerQuery(mux *http.ServeMux, opts Options) {
 		query(w, r, r.URL.Query().Get("q"))
 	})
 	mux.HandleFunc("POST /api/query", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxQueryBytes+1))
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "read query: "+err.Error())
-			return
+		if q, ok := queryBody(w, r); ok {
+			query(w, r, q)
 		}
-		if len(body) > MaxQueryBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("query longer than %d bytes", MaxQueryBytes))
-			return
-		}
-		query(w, r, string(body))
 	})
+	mux.HandleFunc("POST /api/export/parquet", func(w http.ResponseWriter, r *http.Request) {
+		pe, ok := opts.Store.(parquetExporter)
+		if !ok {
+			writeError(w, http.StatusNotFound, "Parquet export reads a host's own store: "+noRecorder(opts))
+			return
+		}
+		q, ok := queryBody(w, r)
+		if !ok {
+			return
+		}
+		if strings.TrimSpace(q) == "" {
+			writeError(w, http.StatusBadRequest, "missing query: pass it as the request body")
+			return
+		}
+		path, rows, err := pe.ExportParquet(r.Context(), q)
+		if err != nil {
+			writeQueryError(w, err)
+			return
+		}
+		defer os.Remove(path)
+		f, err := os.Open(path)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil {
+			w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+		}
+		w.Header().Set("Content-Type", "application/vnd.apache.parquet")
+		w.Header().Set("X-Holter-Rows", strconv.FormatInt(rows, 10))
+		io.Copy(w, f)
+	})
+}
+
+// parquetExporter writes a query's rows as a Parquet file: *store.Store.
+type parquetExporter interface {
+	ExportParquet(ctx context.Context, query string) (path string, rows int64, err error)
+}
+
+// queryBody reads a query sent as a request's body (at most
+// MaxQueryBytes); false when it answered the request with the error.
+func queryBody(w http.ResponseWriter, r *http.Request) (string, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxQueryBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "read query: "+err.Error())
+		return "", false
+	}
+	if len(body) > MaxQueryBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("query longer than %d bytes", MaxQueryBytes))
+		return "", false
+	}
+	return string(body), true
 }
 
 // writeQueryError answers a query that failed: 503 with Retry-After when

@@ -18,7 +18,7 @@ import (
 func startServer(t *testing.T, opts Options) string {
 	t.Helper()
 	if opts.Store == nil {
-		st, err := store.Open(t.TempDir(), nil)
+		st, err := store.Open(t.TempDir(), &store.Options{ExportDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

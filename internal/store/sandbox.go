@@ -250,11 +250,18 @@ func parseOnly(ctx context.Context, conn *duckdb.Conn, text string) (string, err
 }
 
 // checkFunctions walks a statement's syntax tree: every table function
-// (a TABLE_FUNCTION reference) must read only, and no function may be one
-// with side effects.
+// (a TABLE_FUNCTION reference) must read only, no function may be one
+// with side effects, and a table (a BASE_TABLE reference) must be named,
+// not be a file's path or pattern, which DuckDB would read (a replacement
+// scan) where file access is allowed: the export directory.
 func (s *Store) checkFunctions(node any, budget bool) error {
 	switch n := node.(type) {
 	case map[string]any:
+		if n["type"] == "BASE_TABLE" {
+			if name, _ := n["table_name"].(string); strings.ContainsAny(name, fileNameChars) {
+				return fmt.Errorf("query: table %q names a file: %w", name, ErrNotReadOnly)
+			}
+		}
 		if n["type"] == "TABLE_FUNCTION" {
 			fn, _ := n["function"].(map[string]any)
 			name, _ := fn["function_name"].(string)
@@ -281,6 +288,10 @@ func (s *Store) checkFunctions(node any, budget bool) error {
 	}
 	return nil
 }
+
+// fileNameChars are those of a file's path or pattern that no table of
+// the store has in its name.
+const fileNameChars = "/\\.:~*?[{"
 
 // asciiLower folds case as DuckDB does when it looks a function up.
 func asciiLower(s string) string {

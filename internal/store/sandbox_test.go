@@ -136,8 +136,10 @@ var refused = []struct {
 	{"parquet_metadata", `SELECT * FROM parquet_metadata('/x.parquet')`, true},
 	{"histogram_values", `SELECT * FROM histogram_values('meta', key)`, true},
 	{"read_csv in subquery", `SELECT (SELECT count(*) FROM read_csv('/etc/passwd'))`, true},
-	{"replacement scan", `SELECT * FROM '/etc/passwd'`, false},
-	{"replacement scan csv", `SELECT * FROM 'x.csv'`, false},
+	{"replacement scan", `SELECT * FROM '/etc/passwd'`, true},
+	{"replacement scan csv", `SELECT * FROM 'x.csv'`, true},
+	{"replacement scan glob", `FROM 'holter-export-*'`, true},
+	{"replacement scan in a join", `SELECT * FROM meta JOIN 'x.parquet' USING (key)`, true},
 	// Not queries at all.
 	{"empty", ``, false},
 	{"only comment", `-- nothing`, false},

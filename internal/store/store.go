@@ -47,6 +47,9 @@ type Options struct {
 	// MaxTempBytes bounds what DuckDB spills into the temp directory
 	// under the data directory (DefaultMaxTempBytes).
 	MaxTempBytes int64
+	// ExportDir is the one directory the store may write files into:
+	// ExportParquet's (parquet.go). Open makes it; empty: none.
+	ExportDir string
 
 	// memoryLimit and checkpointThreshold replace DuckDB's settings, for
 	// tests that need a fault where a commit's checkpoint runs.
@@ -143,6 +146,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 		opts = &Options{}
 	}
 	o := opts.withDefaults()
+	if o.ExportDir != "" {
+		abs, err := filepath.Abs(o.ExportDir)
+		if err != nil {
+			return nil, fmt.Errorf("export directory: %w", err)
+		}
+		o.ExportDir = abs
+	}
 	path := filepath.Join(dir, FileName)
 	if o.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
@@ -166,6 +176,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 	// start could open.
 	if !o.ReadOnly {
 		if err := checkSpace(path); err != nil {
+			return nil, err
+		}
+	}
+	if o.ExportDir != "" {
+		if err := prepareExportDir(o.ExportDir); err != nil {
 			return nil, err
 		}
 	}
@@ -227,12 +242,18 @@ func openInstance(path string, o *Options) (*instance, error) {
 	}
 	// Queries must not reach files or the network, and nothing may change
 	// the settings after this (lock_configuration); DuckDB refuses the
-	// first at open with a temp_directory set, so both come now.
-	for _, stmt := range []string{
+	// first at open with a temp_directory set, so both come now. The
+	// export directory alone stays open, for the store's own COPY
+	// (parquet.go).
+	var allow []string
+	if o.ExportDir != "" {
+		allow = append(allow, "SET allowed_directories = ['"+strings.ReplaceAll(filepath.Clean(o.ExportDir)+"/", "'", "''")+"']")
+	}
+	for _, stmt := range append(allow,
 		"SET enable_external_access = false",
 		"PRAGMA disable_checkpoint_on_shutdown",
 		"SET lock_configuration = true",
-	} {
+	) {
 		if _, err := db.Exec(stmt); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("open store: %s: %w", stmt, err)
