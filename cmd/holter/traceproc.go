@@ -26,7 +26,10 @@ type tracedProcess struct {
 // startGated starts command (split into words as a shell would) held
 // before its exec until release: a shell that waits on a pipe and then
 // execs it, so that the pid the probes filter on is the command's own
-// from its first instruction.
+// from its first instruction. It returns once the shell has started and
+// says so, so that its own start (dash asks getppid for $PPID) happens
+// before the probes attach: what they count of the shell is then the
+// end of its wait and the exec, as with bpftrace -c.
 func startGated(command string, stdout, stderr io.Writer) (*tracedProcess, error) {
 	words, err := splitWords(command)
 	if err != nil {
@@ -39,15 +42,29 @@ func startGated(command string, stdout, stderr io.Writer) (*tracedProcess, error
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("/bin/sh", append([]string{"-c", `read -r _ <&3; exec 3<&-; exec "$@"`, "sh"}, words...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.ExtraFiles = []*os.File{r}
-	if err := cmd.Start(); err != nil {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
 		r.Close()
+		w.Close()
+		return nil, err
+	}
+	defer readyR.Close()
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `printf . >&4; exec 4>&-; read -r _ <&3; exec 3<&-; exec "$@"`, "sh"}, words...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.ExtraFiles = []*os.File{r, readyW}
+	err = cmd.Start()
+	r.Close()
+	readyW.Close()
+	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("-c: %w", err)
 	}
-	r.Close()
+	if _, err := readyR.Read(make([]byte, 1)); err != nil {
+		w.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("-c: the shell that holds the command did not start: %w", err)
+	}
 	p := &tracedProcess{pid: cmd.Process.Pid, exited: make(chan struct{}), cmd: cmd, gate: w}
 	go func() {
 		p.waitErr = cmd.Wait()
