@@ -444,13 +444,19 @@ function drillPanel(): HTMLElement {
 
 // ---- start ----
 
+// A poll still waiting for its answers (a loaded host answers in seconds)
+// is not joined by the next: they would pile up.
+let polling = false;
+
 async function poll() {
+  if (polling) return;
+  polling = true;
   try {
     const ov = await get<Overview>('/api/overview', { host: state.ov!.host });
     const grew = ov.last_ns !== state.ov!.last_ns;
     state.ov = ov;
     if (grew && state.range.kind === 'last') await refreshVitals();
-  } catch (e) { showError(e); }
+  } catch (e) { showError(e); } finally { polling = false; }
 }
 
 async function start() {

@@ -21,7 +21,7 @@ let page;
 uiTest('the dashboard loads and its graphs show data', 'dashboard', async () => {
   page = pageOf();
   await page.goto(url);
-  await page.waitForSelector('body[data-ready]', { timeout: 15000 });
+  await page.waitForSelector('body[data-ready]', { timeout: 60000 });
   // The UI opens on the findings when there are incidents: the vitals
   // are a click away.
   await page.click('nav a[data-route="vitals"]');

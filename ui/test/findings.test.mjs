@@ -18,7 +18,7 @@ const { uiTest, shot, page: pageOf } = session();
 uiTest('the UI opens on the ranked incidents, each naming its culprit and showing its samples', 'findings', async () => {
   const page = pageOf();
   await page.goto(url);
-  await page.waitForSelector('body[data-ready]', { timeout: 15000 });
+  await page.waitForSelector('body[data-ready]', { timeout: 60000 });
   // With incidents in the range it shows, the UI opens on them.
   await page.waitForFunction(() => location.hash === '#/findings', null, { timeout: 15000 });
   await page.waitForSelector('#incidents li.incident');

@@ -20,7 +20,7 @@ test('the host selector offers every host, and a vital overlays one line per hos
   const { page } = ui; // launched by now
   try {
     await page.goto(url);
-    await page.waitForSelector('body[data-ready]', { timeout: 15000 });
+    await page.waitForSelector('body[data-ready]', { timeout: 60000 });
     // The UI opens on the findings when there are incidents: the vitals
     // are a click away.
     await page.click('nav a[data-route="vitals"]');

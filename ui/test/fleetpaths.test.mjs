@@ -23,7 +23,7 @@ test('the Request traces tab lists the cross-host request and draws its whole wa
   const { page } = ui; // launched by now
   try {
     await page.goto(url);
-    await page.waitForSelector('body[data-ready]', { timeout: 15000 });
+    await page.waitForSelector('body[data-ready]', { timeout: 60000 });
     await page.click('nav a[data-route="traces"]');
     const row = `#traces-table tr[data-trace="${traceId}"]`;
     await page.waitForSelector(row);

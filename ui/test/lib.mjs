@@ -18,7 +18,7 @@ export async function launch(errors = []) {
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
   });
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  page.setDefaultTimeout(20000); // a loaded 2-CPU machine answers slowly
+  page.setDefaultTimeout(45000); // a loaded 2-CPU machine answers slowly (seconds a findings request)
   page.on('pageerror', (e) => { errors.push(e.message); console.log('page error:', e.message); });
   return { browser, page };
 }
