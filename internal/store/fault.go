@@ -6,8 +6,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"os"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,8 +37,8 @@ import (
 // write just before can return success for data the aborted journal never
 // holds (Linux 6.18: the last fsynced append to a file was gone after
 // e2fsck in 4 of 40 trials, each time the next write failed with EROFS).
-// A write after that fails, so only the last commit can be lost so: the
-// store keeps the last commit of each kind it can write again (epochs,
+// Every write after it fails, so no commit but the last can be lost this
+// way: the store keeps the last commit of each kind it can write again (epochs,
 // numbered span commits), and once a fault clears it looks each up in the
 // store, and writes again any that is missing, before other writes.
 
