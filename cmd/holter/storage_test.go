@@ -82,12 +82,19 @@ func (s *spanSender) pushbacks() int {
 	return s.pushback
 }
 
-// recorderStatus is the recorder's status through `holter status --json`.
-func recorderStatus(t *testing.T, bin string, args ...string) *agentStatus {
+// recorderStatus is the recorder's status through `holter status --json`;
+// when it cannot be had, the test fails with the recorder's log (a
+// recorder that crashed shows there).
+func recorderStatus(t *testing.T, r *recording, bin string, args ...string) *agentStatus {
 	t.Helper()
 	out, errOut, code := runHolter(t, bin, append([]string{"status", "--json"}, args...)...)
 	if code != 0 {
-		t.Fatalf("holter status: exit %d: %s", code, errOut)
+		select {
+		case <-r.done:
+			t.Fatalf("holter status: exit %d: %s; the recorder exited:\n%s", code, errOut, r.log)
+		case <-time.After(time.Second):
+		}
+		t.Fatalf("holter status: exit %d: %s\n%s", code, errOut, r.log)
 	}
 	var st agentStatus
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
@@ -101,7 +108,7 @@ func waitStatus(t *testing.T, r *recording, bin string, what string, ok func(*ag
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st := recorderStatus(t, bin, args...)
+		st := recorderStatus(t, r, bin, args...)
 		if ok(st) {
 			return st
 		}
@@ -215,6 +222,11 @@ func TestRecorderRidesOutStorageFaults(t *testing.T) {
 					t.Errorf("the log lacks %q:\n%s", want, log)
 				}
 			}
+			for _, line := range strings.Split(log, "\n") {
+				if strings.Contains(line, "written again") {
+					t.Logf("the store found a commit lost: %s", line)
+				}
+			}
 			if len(spans.otherErrs) > 0 {
 				t.Errorf("OTLP exports answered other than 200 or 503: %v", spans.otherErrs)
 			}
@@ -231,7 +243,8 @@ func TestRecorderRidesOutStorageFaults(t *testing.T) {
 			}
 			first, last, n := res.Rows[0][0].(int64), res.Rows[0][1].(int64), res.Rows[0][2].(int64)
 			if n != last-first+1 || last <= faultAt+12 {
-				t.Errorf("epochs %d to %d stored, %d of them: the held epochs must all be there", first, last, n)
+				t.Errorf("epochs %d to %d stored, %d of them (the fault began in epoch %d): the held epochs must all be there; missing %v\n%s",
+					first, last, n, faultAt, missingEpochs(t, s, first, last), log)
 			}
 			res, err = s.Query(ctx, `SELECT trace_id FROM spans`)
 			if err != nil {
@@ -249,10 +262,30 @@ func TestRecorderRidesOutStorageFaults(t *testing.T) {
 			}
 			t.Logf("%d exports acknowledged, %d pushed back with 503; epochs %d to %d stored", len(spans.acked), spans.pushback, first, last)
 			if missing > 0 {
-				t.Errorf("%d of %d acknowledged spans are not in the store", missing, len(spans.acked))
+				t.Errorf("%d of %d acknowledged spans are not in the store\n%s", missing, len(spans.acked), log)
 			}
 		})
 	}
+}
+
+// missingEpochs are the epochs from first to last that the store lacks.
+func missingEpochs(t *testing.T, s *store.Store, first, last int64) []int64 {
+	t.Helper()
+	res, err := s.Query(context.Background(), `SELECT epoch FROM epochs ORDER BY epoch`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := map[int64]bool{}
+	for _, row := range res.Rows {
+		in[row[0].(int64)] = true
+	}
+	var missing []int64
+	for n := first; n <= last; n++ {
+		if !in[n] {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 // TestRecorderReportsDeletedDataDir deletes the data directory under a

@@ -16,7 +16,8 @@
 // Opening writes nothing unless the schema needs migrating. A storage
 // fault while open (full, read-only, failing, the file deleted) closes the
 // DuckDB instance; writes and queries fail with ErrUnavailable until the
-// fault clears and the store reopens itself (fault.go).
+// fault clears and the store reopens itself (fault.go), writing again the
+// last commit before the fault if the file system lost it.
 //
 // DuckDB is configured when the file is opened, before it reads it: no
 // extension is installed or loaded on demand and the extension directory

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,6 +187,74 @@ func TestReadOnlyRemount(t *testing.T) {
 	writeUntil(t, s, 5, 20*time.Second)
 	if got := epochList(t, s); got != "[1 5]" {
 		t.Errorf("epochs after the fault: %s, want [1 5]", got)
+	}
+}
+
+// TestCommitLostInTheFault: the kernel may lose the last commit before
+// ext4 remounts itself read-only although its fsync succeeded (fault.go);
+// here the write-ahead log is cut back to before the last epoch and span
+// commits once the file system is repaired, which is what the kernel
+// leaves then. The store writes both again as the fault clears, before
+// the next epoch, and says so.
+func TestCommitLostInTheFault(t *testing.T) {
+	fs := testutil.NewExtFS(t, 64)
+	var logMu sync.Mutex
+	var log strings.Builder
+	s, err := Open(fs.Dir, &Options{Logf: func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(&log, format+"\n", args...)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	span := func(id string) *SpanBatch {
+		return &SpanBatch{Spans: []Span{{Host: "h1", TraceID: strings.Repeat(id, 32), SpanID: strings.Repeat("2", 16)}}}
+	}
+	if err := s.WriteEpoch(ctx, bigEpoch(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteSpans(ctx, span("a")); err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(fs.Dir, FileName+".wal")
+	st, err := os.Stat(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteEpoch(ctx, bigEpoch(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteSpans(ctx, span("b")); err != nil {
+		t.Fatal(err)
+	}
+	fs.Break()
+	if err := s.WriteEpoch(ctx, bigEpoch(3)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("epoch 3 on a read-only file system: %v, want ErrUnavailable", err)
+	}
+	fs.Repair()
+	if err := os.Truncate(wal, st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	writeUntil(t, s, 3, 20*time.Second)
+	if got := epochList(t, s); got != "[1 2 3]" {
+		t.Errorf("epochs after the fault: %s, want [1 2 3]", got)
+	}
+	res, err := s.Query(ctx, `SELECT list(DISTINCT left(trace_id, 1) ORDER BY left(trace_id, 1)) FROM spans`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(res.Rows[0][0]); got != "[a b]" {
+		t.Errorf("spans after the fault: %s, want [a b]", got)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	for _, want := range []string{"epoch 2 was committed as the storage fault began", "write spans (commit 2) was committed as the storage fault began"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, log.String())
+		}
 	}
 }
 

@@ -482,9 +482,10 @@ func nullI64(v int64) driver.Value {
 	return v
 }
 
-// inTx runs fn in one transaction on one connection, under the writer's
-// lock, so span commits and epoch commits do not interleave.
-func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) error) (err error) {
+// writing runs commit under the writer's lock once the store is
+// writable, taking note of how it went (fault.go), so span commits and
+// epoch commits do not interleave.
+func (s *Store) writing(what string, commit func() error) (err error) {
 	if s.readOnly {
 		return fmt.Errorf("%s: store is open read-only", what)
 	}
@@ -494,6 +495,17 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) e
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { err = s.wrote(err) }()
+	return commit()
+}
+
+// inTx runs fn in one transaction on one connection, under the writer's
+// lock.
+func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) error) error {
+	return s.writing(what, func() error { return s.commitTx(ctx, what, fn) })
+}
+
+// commitTx is inTx's transaction; s.mu is held.
+func (s *Store) commitTx(ctx context.Context, what string, fn func(conn *sql.Conn) error) (err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -512,6 +524,39 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(conn *sql.Conn) e
 		return fmt.Errorf("%s: commit: %w", what, err)
 	}
 	return nil
+}
+
+// numberedTx is inTx for rows that record their commit's number
+// (nextSpanSeq): the commit is kept (fault.go), and the number tells
+// whether it is in the store.
+func (s *Store) numberedTx(ctx context.Context, what string, write func(conn *sql.Conn, seq int64) error) error {
+	var commit func(ctx context.Context) error
+	commit = func(ctx context.Context) error {
+		var seq int64
+		err := s.commitTx(ctx, what, func(conn *sql.Conn) (err error) {
+			if seq, err = s.nextSpanSeq(ctx, conn); err != nil {
+				return err
+			}
+			return write(conn, seq)
+		})
+		if err == nil {
+			s.keep(what, &lastCommit{
+				what:   fmt.Sprintf("%s (commit %d)", what, seq),
+				stored: func(ctx context.Context) (bool, error) { return s.seqStored(ctx, seq) },
+				again:  commit,
+			})
+		}
+		return err
+	}
+	return s.writing(what, func() error { return commit(ctx) })
+}
+
+// seqStored says whether rows of commit seq are in the store.
+func (s *Store) seqStored(ctx context.Context, seq int64) (bool, error) {
+	var in bool
+	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM spans WHERE commit_seq = $1) OR EXISTS (SELECT 1 FROM span_links WHERE commit_seq = $1)
+		OR EXISTS (SELECT 1 FROM span_events WHERE commit_seq = $1) OR EXISTS (SELECT 1 FROM span_accounting WHERE commit_seq = $1)`, seq).Scan(&in)
+	return in, err
 }
 
 // nextSpanSeq takes the next commit sequence number, in the transaction
@@ -541,11 +586,10 @@ const SpanCommitSeq = `SELECT greatest(
 // WriteSpans commits a batch of received spans in one transaction: when it
 // returns nil they are durable, and only then may the sender be told so.
 func (s *Store) WriteSpans(ctx context.Context, b *SpanBatch) error {
-	return s.inTx(ctx, "write spans", func(conn *sql.Conn) error {
-		seq, err := s.nextSpanSeq(ctx, conn)
-		if err != nil {
-			return err
-		}
+	if len(b.Spans)+len(b.Links)+len(b.Events) == 0 {
+		return nil
+	}
+	return s.numberedTx(ctx, "write spans", func(conn *sql.Conn, seq int64) error {
 		return withAppender(conn, func(dconn driver.Conn) error {
 			err := appendRows(dconn, "spans", len(b.Spans), func(i int) []driver.Value {
 				sp := &b.Spans[i]
@@ -601,11 +645,7 @@ func (s *Store) WriteSpanAccounting(ctx context.Context, as []SpanAccounting) er
 	if len(as) == 0 {
 		return nil
 	}
-	return s.inTx(ctx, "write span accounting", func(conn *sql.Conn) error {
-		seq, err := s.nextSpanSeq(ctx, conn)
-		if err != nil {
-			return err
-		}
+	return s.numberedTx(ctx, "write span accounting", func(conn *sql.Conn, seq int64) error {
 		return withAppender(conn, func(dconn driver.Conn) error {
 			return appendRows(dconn, "span_accounting", len(as), func(i int) []driver.Value {
 				a := &as[i]
@@ -620,7 +660,7 @@ func (s *Store) WriteSpanAccounting(ctx context.Context, as []SpanAccounting) er
 // transaction, the raw spans (and their links, events and accounting) that
 // ended before r.CutoffNs, and the thread activity before it.
 func (s *Store) ReplaceSpansWithRollups(ctx context.Context, r *SpanRollups) (deleted int64, err error) {
-	err = s.inTx(ctx, "prune spans", func(conn *sql.Conn) error {
+	prune := func(conn *sql.Conn) error {
 		err := withAppender(conn, func(dconn driver.Conn) error {
 			err := appendRows(dconn, "span_rollups", len(r.Spans), func(i int) []driver.Value {
 				x := &r.Spans[i]
@@ -667,6 +707,16 @@ func (s *Store) ReplaceSpansWithRollups(ctx context.Context, r *SpanRollups) (de
 		if _, err := conn.ExecContext(ctx, `DELETE FROM thread_activity WHERE end_ns < $1`, r.CutoffNs); err != nil {
 			return fmt.Errorf("delete thread activity: %w", err)
 		}
+		return nil
+	}
+	err = s.writing("prune spans", func() error {
+		if err := s.commitTx(ctx, "prune spans", prune); err != nil {
+			return err
+		}
+		// The span commits kept (fault.go) may be pruned now: a fault is
+		// not to bring them back.
+		delete(s.kept, "write spans")
+		delete(s.kept, "write span accounting")
 		return nil
 	})
 	return deleted, err

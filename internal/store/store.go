@@ -135,6 +135,9 @@ type Store struct {
 	// spanSeq is the last span commit sequence number (requests.go); 0
 	// until the first span commit reads it.
 	spanSeq int64
+	// kept is the last commit of each kind that can be written again
+	// (fault.go), by kind.
+	kept map[string]*lastCommit
 }
 
 // Open opens (creating if needed and not read-only) the store in dir.
@@ -191,7 +194,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	db := inst.db
 	s := &Store{db: newHandle(inst), path: path, readOnly: o.ReadOnly, opts: o,
 		queries: make(chan struct{}, o.MaxQueries), passed: map[string]passed{},
-		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}}
+		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}, kept: map[string]*lastCommit{}}
 	s.closing, s.close = context.WithCancel(context.Background())
 	s.health.h.State = "ok"
 	s.health.logf = o.Logf
@@ -579,6 +582,12 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) (err error) {
 			return err
 		}
 	}
+	return s.commitEpoch(ctx, e)
+}
+
+// commitEpoch is WriteEpoch's transaction, with s.mu held and the store
+// writable. The epoch it commits is kept (fault.go) until the next one.
+func (s *Store) commitEpoch(ctx context.Context, e *Epoch) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("write epoch %d: %w", e.Epoch, err)
@@ -622,6 +631,13 @@ func (s *Store) WriteEpoch(ctx context.Context, e *Epoch) (err error) {
 	}
 	for _, p := range newExes {
 		s.knownExes[p] = struct{}{}
+	}
+	if notDurable == nil {
+		s.keep("epoch", &lastCommit{
+			what:   fmt.Sprintf("epoch %d", e.Epoch),
+			stored: func(context.Context) (bool, error) { return s.epochStored(e.Host, e.Epoch) },
+			again:  func(ctx context.Context) error { return s.commitEpoch(ctx, e) },
+		})
 	}
 	return notDurable
 }
