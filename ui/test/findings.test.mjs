@@ -24,7 +24,7 @@ uiTest('the UI opens on the ranked incidents, each naming its culprit and showin
   await page.waitForSelector('body[data-ready]', { timeout: 60000 });
   // With incidents in the range it shows, the UI opens on them.
   await page.waitForFunction(() => location.hash === '#/findings', null, { timeout: 60000 });
-  await page.waitForSelector('#incidents li.incident');
+  await page.waitForSelector('#incidents li.incident', { timeout: 60000 }); // the findings take seconds on a loaded machine
   const ranks = await page.$$eval('#incidents li.incident', (lis) => lis.map((li) => Number(li.dataset.rank)));
   assert.deepEqual(ranks, ranks.map((_, i) => i + 1), `incidents not ranked 1..n: ${ranks}`);
   // Its incident (another may name the same function: rule 7 blames the
@@ -57,6 +57,8 @@ uiTest('the UI opens on the ranked incidents, each naming its culprit and showin
 
 uiTest('the charts say where the recorder was not running and where it did not record a vital', 'coverage', async () => {
   const page = pageOf();
+  await page.click('nav a[data-route="vitals"]');
+  await page.selectOption('#range', 'all');
   const off = page.locator('#overlay-chart rect.note.off').first();
   await off.waitFor();
   assert.match(await off.locator('title').textContent(), /nothing recorded.*holter was not running/);
