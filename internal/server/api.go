@@ -290,9 +290,9 @@ func (a *api) overview(live bool) func(r *http.Request) (any, error) {
 
 // Series is one vital of one host over time. Seconds is how much recorded
 // time each point covers, so a point's rate is Weight/Seconds whatever the
-// timescale. Threshold is the sampling threshold the CPU budget had raised
-// the vital to in an epoch (1: not throttled); the rollups do not keep it,
-// so at a coarser timescale it is 0, unknown.
+// timescale. Threshold is the vital's sampling threshold t in an epoch,
+// which the CPU budget raises above the configured one to throttle it; the
+// rollups do not keep it, so at a coarser timescale it is 0, unknown.
 type Series struct {
 	Vital     string    `json:"vital"`
 	Host      string    `json:"host"`
