@@ -272,3 +272,29 @@ func TestRankCounts(t *testing.T) {
 		t.Errorf("counts of the wrong length: %v", err)
 	}
 }
+
+// TestHistogramLogBins checks that values spanning decades are binned by
+// ratio, so a long tail does not leave all but the first bin empty, and
+// that a narrow range keeps equal widths.
+func TestHistogramLogBins(t *testing.T) {
+	wide := Sample{Values: []float64{1e3, 2e3, 1e4, 1e5, 1e6}}
+	h := histogram(wide, wide, 3)
+	if !h.Log || len(h.Edges) != 4 || math.Abs(h.Edges[1]-1e4) > 1e-6 || math.Abs(h.Edges[2]-1e5) > 1e-4 {
+		t.Fatalf("1e3..1e6 in 3 bins: log %v, edges %v", h.Log, h.Edges)
+	}
+	// 1e3 and 2e3 in the first bin, 1e4 in the second, 1e5 and 1e6 in the third.
+	want := []float64{0.4, 0.2, 0.4}
+	for k, w := range want {
+		if math.Abs(h.Target[k]-w) > 1e-9 {
+			t.Errorf("bin %d holds %v, want %v (%v)", k, h.Target[k], w, h.Target)
+		}
+	}
+	narrow := Sample{Values: []float64{10, 20, 30}}
+	if h := histogram(narrow, narrow, 2); h.Log || h.Edges[1] != 20 {
+		t.Errorf("10..30 in 2 bins: log %v, edges %v", h.Log, h.Edges)
+	}
+	negative := Sample{Values: []float64{-5, 1, 1e6}}
+	if h := histogram(negative, negative, 2); h.Log {
+		t.Errorf("a range through 0 is binned by ratio: %v", h.Edges)
+	}
+}

@@ -64,6 +64,11 @@ type Histogram struct {
 	// from the smallest to the largest value of either side. When all values
 	// are equal there is one bin and both edges are that value.
 	Edges []float64
+	// Log says the edges grow by a constant ratio rather than a constant
+	// width: the values are positive and span LogSpan or more (latencies,
+	// sizes), where equal widths would put nearly all of them in the first
+	// bin.
+	Log bool
 	// Target and Reference hold each bin's share of the side's total weight;
 	// each sums to 1. A bin holds the values v with Edges[k] <= v <
 	// Edges[k+1]; the last bin also holds its upper edge.
@@ -185,6 +190,10 @@ func rankOne(m Metric, o RankOptions) (Ranked, error) {
 	}, nil
 }
 
+// LogSpan is the ratio of the largest value to the smallest from which a
+// histogram's bins are spaced logarithmically: two decades.
+const LogSpan = 100
+
 // histogram bins two valid samples over their common range.
 func histogram(t, r Sample, bins int) Histogram {
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -196,21 +205,30 @@ func histogram(t, r Sample, bins int) Histogram {
 	if lo == hi {
 		bins = 1
 	}
-	h := Histogram{Edges: make([]float64, bins+1)}
-	// Divided before subtracting so that a range wider than MaxFloat64 does
-	// not overflow.
+	h := Histogram{Edges: make([]float64, bins+1), Log: lo > 0 && hi/lo >= LogSpan}
+	// bin is the bin of a value, by its distance from lo or by its ratio
+	// to lo. Divided before subtracting so that a range wider than
+	// MaxFloat64 does not overflow.
 	width := hi/float64(bins) - lo/float64(bins)
+	bin := func(v float64) float64 { return (v - lo) / width }
 	for k := range h.Edges {
 		h.Edges[k] = lo + float64(k)*width
 	}
-	h.Edges[bins] = hi
+	if h.Log {
+		step := math.Log(hi/lo) / float64(bins)
+		bin = func(v float64) float64 { return math.Log(v/lo) / step }
+		for k := range h.Edges {
+			h.Edges[k] = lo * math.Exp(step*float64(k))
+		}
+	}
+	h.Edges[0], h.Edges[bins] = lo, hi
 	fill := func(s Sample) []float64 {
 		total, _ := s.check()
 		mass := make([]float64, bins)
 		for i, v := range s.Values {
 			k := 0
 			if width > 0 {
-				k = min(int((v-lo)/width), bins-1)
+				k = max(0, min(int(bin(v)), bins-1))
 			}
 			mass[k] += s.weight(i) / total
 		}

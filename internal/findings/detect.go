@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // The per-process detectors: each judges the profiles (Window.Profiles) of
@@ -109,7 +111,7 @@ func failingSyscalls(w *Window, l Levels) []Finding {
 		f.First, f.Last = r.first, r.last
 		f.Culprit = w.culprit(pid, r.first, r.last, func(g Group) bool { return g.Failed && g.Syscall == r.top.Nr }, "syscall")
 		f.Summary = fmt.Sprintf("%s retries %s%s that fails with %s: %.0f failed calls/s for %.0f s, %.0f%% of its system calls",
-			procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), SyscallName(r.top.Nr), named(f.Culprit, "in"), ErrnoName(r.top.Errno),
+			procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), sysname.Syscall(int64(r.top.Nr)), named(f.Culprit, "in"), sysname.Errno(r.top.Errno),
 			r.failed/float64(r.last-r.first+1), float64(r.toNs-r.fromNs)/1e9, share*100)
 		f.Evidence = []Evidence{
 			{Name: "failed system calls", Value: p.Failed, Against: l.FailedCalls, Relation: ">=", Unit: "calls/s", Interval: r.last},

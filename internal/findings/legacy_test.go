@@ -67,7 +67,7 @@ func legacyMetrics(ctx context.Context, q Querier, host string, r Range) (*Metri
 		case "syscall":
 			add("syscall latency (ns)", latNs, de)
 			if nr := toFloat(row[12]); !math.IsNaN(nr) {
-				add(fmt.Sprintf("syscall %d latency (ns)", int64(nr)), latNs, de)
+				add(syscallNamed(fmt.Sprintf("syscall %d latency (ns)", int64(nr))), latNs, de)
 			}
 		case "blio":
 			add("blio latency (ns)", latNs, de)

@@ -7,9 +7,11 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/holter-dev/holter/internal/diagnose"
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // Range is a time range [StartNs, EndNs), of the whole host or, with Run,
@@ -32,6 +34,17 @@ type MetricSet struct {
 	// Truncated: the range had more samples than one query returns, and
 	// the metrics use the first ones.
 	Truncated bool
+}
+
+// syscallNamed names the system call of a metric metricsSQL names by its
+// number ("syscall 318 latency (ns)" is "syscall getrandom latency (ns)").
+func syscallNamed(metric string) string {
+	rest, ok := strings.CutPrefix(metric, "syscall ")
+	nr, tail, _ := strings.Cut(rest, " ")
+	if n, err := strconv.ParseInt(nr, 10, 64); ok && err == nil {
+		return "syscall " + sysname.Syscall(n) + " " + tail
+	}
+	return metric
 }
 
 // newMetricSet is an empty MetricSet.
@@ -124,7 +137,7 @@ func Metrics(ctx context.Context, q Querier, host string, r Range) (*MetricSet, 
 			latency[[2]any{vital, toInt(row[1])}] = toFloat(row[2])
 			continue
 		}
-		add(name, toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
+		add(syscallNamed(name), toFloat(row[1]), toFloat(row[2]), int(toInt(row[3])))
 	}
 	if r.Run != "" {
 		return m, nil

@@ -207,3 +207,18 @@ func TestCompareLeavesOutSameMetrics(t *testing.T) {
 		t.Errorf("skipped %v, want blio read latency (ns) as the same as blio latency (ns)", skipped)
 	}
 }
+
+// TestSyscallMetricsNamed checks that holter diff names a system call's
+// latency metric by the call, not its number.
+func TestSyscallMetricsNamed(t *testing.T) {
+	for in, want := range map[string]string{
+		"syscall 318 latency (ns)":   "syscall getrandom latency (ns)",
+		"syscall 0 latency (ns)":     "syscall read latency (ns)",
+		"syscall latency (ns)":       "syscall latency (ns)",
+		"inter-arrival syscall (ns)": "inter-arrival syscall (ns)",
+	} {
+		if got := syscallNamed(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // Levels are the vital-specific lines between "low" and "high" that the
@@ -507,7 +509,7 @@ func died(w *Window, l Levels) []Finding {
 		}
 		seen[s.TargetPid] = true
 		p := names[s.TargetPid]
-		cause, severity := fmt.Sprintf("%s from pid %d (%s): crashed", SignalName(s.Signal), s.Pid, s.Comm), 1.0
+		cause, severity := fmt.Sprintf("%s from pid %d (%s): crashed", sysname.Signal(s.Signal), s.Pid, s.Comm), 1.0
 		if s.Signal == 9 {
 			cause, severity = fmt.Sprintf("SIGKILL from pid %d (%s): killed", s.Pid, s.Comm), 0
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // The endpoints below are what the web UI uses; openapi.yaml describes
@@ -289,26 +290,30 @@ func (a *api) overview(live bool) func(r *http.Request) (any, error) {
 
 // Series is one vital of one host over time. Seconds is how much recorded
 // time each point covers, so a point's rate is Weight/Seconds whatever the
-// timescale.
+// timescale. Threshold is the vital's sampling threshold t in an epoch,
+// which the CPU budget raises above the configured one to throttle it; the
+// rollups do not keep it, so at a coarser timescale it is 0, unknown.
 type Series struct {
-	Vital   string    `json:"vital"`
-	Host    string    `json:"host"`
-	Unit    string    `json:"unit"`
-	T       []int64   `json:"t"`
-	Weight  []float64 `json:"weight"`
-	Events  []float64 `json:"events"`
-	Samples []float64 `json:"samples"`
-	Lost    []float64 `json:"lost"`
-	Seconds []float64 `json:"seconds"`
+	Vital     string    `json:"vital"`
+	Host      string    `json:"host"`
+	Unit      string    `json:"unit"`
+	T         []int64   `json:"t"`
+	Weight    []float64 `json:"weight"`
+	Events    []float64 `json:"events"`
+	Samples   []float64 `json:"samples"`
+	Lost      []float64 `json:"lost"`
+	Seconds   []float64 `json:"seconds"`
+	Threshold []float64 `json:"threshold"`
 }
 
-func (s *Series) add(t int64, weight, events, samples, lost, seconds float64) {
+func (s *Series) add(t int64, weight, events, samples, lost, seconds, threshold float64) {
 	s.T = append(s.T, t)
 	s.Weight = append(s.Weight, weight)
 	s.Events = append(s.Events, events)
 	s.Samples = append(s.Samples, samples)
 	s.Lost = append(s.Lost, lost)
 	s.Seconds = append(s.Seconds, seconds)
+	s.Threshold = append(s.Threshold, threshold)
 }
 
 // VitalsAnswer is the vitals of a range at one timescale: one series per
@@ -381,7 +386,7 @@ func (a *api) vitals(r *http.Request) (any, error) {
 	for _, v := range vitals {
 		for _, h := range hosts {
 			s := &Series{Vital: v, Host: h, Unit: vitalUnit(v), T: []int64{}, Weight: []float64{}, Events: []float64{},
-				Samples: []float64{}, Lost: []float64{}, Seconds: []float64{}}
+				Samples: []float64{}, Lost: []float64{}, Seconds: []float64{}, Threshold: []float64{}}
 			series[[2]string{v, h}] = s
 			ans.Series = append(ans.Series, s)
 		}
@@ -409,7 +414,7 @@ func (a *api) vitals(r *http.Request) (any, error) {
 	for _, row := range res.Rows {
 		host := asString(row[1])
 		series[[2]string{asString(row[0]), host}].add(asInt(row[2]), asFloat(row[3]), asFloat(row[4]), asFloat(row[5]),
-			asFloat(row[6]), asFloat(row[7])*float64(epochNs[host])/1e9)
+			asFloat(row[6]), asFloat(row[7])*float64(epochNs[host])/1e9, 0)
 	}
 	return ans, nil
 }
@@ -441,7 +446,7 @@ func (a *api) epochVitals(ctx context.Context, hosts, vitals []string, from, to 
 		return nil
 	}
 	args = nil
-	res, err := a.query(ctx, `SELECT vital, host, epoch, weight_sum, events, samples, lost_ringbuf + lost_state
+	res, err := a.query(ctx, `SELECT vital, host, epoch, weight_sum, events, samples, lost_ringbuf + lost_state, threshold
 		FROM vitals WHERE `+spanCond(spans, &args)+` AND `+inList("vital", vitals, &args)+`
 		ORDER BY vital, host, epoch`, args...)
 	if err != nil {
@@ -454,7 +459,7 @@ func (a *api) epochVitals(ctx context.Context, hosts, vitals []string, from, to 
 			continue
 		}
 		series[[2]string{asString(row[0]), h}].add(ep.start, asFloat(row[3]), asFloat(row[4]), asFloat(row[5]),
-			asFloat(row[6]), float64(ep.end-ep.start)/1e9)
+			asFloat(row[6]), float64(ep.end-ep.start)/1e9, asFloat(row[7]))
 	}
 	return nil
 }
@@ -605,6 +610,10 @@ func (a *api) samples(r *http.Request) (any, error) {
 			if v := row[fixed+i]; v != nil {
 				s.Fields[c.Name] = fieldValue(c, v)
 			}
+		}
+		// People read a system call by its name.
+		if nr, ok := s.Fields["syscall_nr"]; ok {
+			s.Fields["syscall"] = sysname.Syscall(asInt(nr))
 		}
 		ans.Samples = append(ans.Samples, s)
 	}

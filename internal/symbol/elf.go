@@ -212,7 +212,8 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 			sizes[n-1] = max(sizes[n-1], c.size)
 			continue
 		}
-		o.syms = append(o.syms, elfSym{start: c.start, name: c.name})
+		// C++ and Rust names are stored as people read them (see demangle).
+		o.syms = append(o.syms, elfSym{start: c.start, name: demangle(c.name)})
 		sizes = append(sizes, c.size)
 	}
 	packNames(len(o.syms), func(i int) *string { return &o.syms[i].name })

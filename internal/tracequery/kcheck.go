@@ -3,6 +3,8 @@ package tracequery
 import (
 	"errors"
 	"strings"
+
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // checkKernel type-checks an expression for the probe. A *notPushable
@@ -430,7 +432,7 @@ func (p *Plan) checkStr(x *Call) error {
 
 // syscallNumber is the number of the system call a string names.
 func (p *Plan) syscallNumber(s *String) (int64, error) {
-	if nr, ok := syscallNumbers[s.Val]; ok {
+	if nr, ok := sysname.SyscallNumber(s.Val); ok {
 		return int64(nr), nil
 	}
 	return 0, errAt(s, "no system call named %q", s.Val)

@@ -21,6 +21,7 @@ import (
 	"github.com/holter-dev/holter/internal/memlock"
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/symbol"
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // VerifierError is a probe the kernel verifier refused, told in terms of
@@ -472,7 +473,7 @@ func (s *Session) decode(b []byte, t Type, expr Node, pid uint32) any {
 	case TPtr:
 		return fmt.Sprintf("0x%x", binary.LittleEndian.Uint64(b))
 	case TSyscall:
-		return syscallName(int64(binary.LittleEndian.Uint64(b)))
+		return sysname.Syscall(int64(binary.LittleEndian.Uint64(b)))
 	case TLabel:
 		return labelOf(expr, int64(binary.LittleEndian.Uint64(b)))
 	}

@@ -13,7 +13,7 @@ export interface Overview {
 }
 export interface Series {
   vital: string; host: string; unit: string; t: number[]; weight: number[]; events: number[];
-  samples: number[]; lost: number[]; seconds: number[];
+  samples: number[]; lost: number[]; seconds: number[]; threshold: number[];
 }
 export interface VitalsAnswer { host: string; hosts: string[]; from: number; to: number; timescale: string; bucket_ns: number; series: Series[] }
 export interface Sample {

@@ -2,6 +2,7 @@
 // user does to it — a click on a point, a brushed range, a wheel zoom — and
 // leaves what follows to the page.
 
+import { Note } from './coverage';
 import { fmtNum, fmtTime, s } from './dom';
 
 export interface Line {
@@ -21,7 +22,9 @@ export interface ChartOptions {
   selection?: [number, number] | null;
   baseline?: [number, number] | null;
   /** Ranges to mark (the findings), each with what it is. */
-  marks?: { from: number; to: number; label: string }[];
+  marks?: { from: number; to: number; label: string; vitals: string[] }[];
+  /** Stretches drawn as not recorded (hatched) or throttled (amber). */
+  notes?: Note[];
   onSelect?: (from: number, to: number) => void;
   onZoom?: (center: number, factor: number) => void;
 }
@@ -59,16 +62,26 @@ export function lineChart(host: HTMLElement, lines: Line[], o: ChartOptions) {
   const y = (v: number) => PAD.top + ih - (v / ymax) * ih;
 
   const svg = s('svg', { width: W, height: H, class: 'chart', viewBox: `0 0 ${W} ${H}` });
+  svg.append(s('defs', {}, s('pattern', { id: 'unrecorded', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
+    s('rect', { width: 2, height: 6, fill: '#d0d4da' }))));
   const band = (r: [number, number] | null | undefined, cls: string) => {
     if (!r) return;
     const x0 = Math.max(PAD.left, x(r[0])), x1 = Math.min(W - PAD.right, x(r[1]));
     if (x1 > x0) svg.append(s('rect', { class: cls, x: x0, y: PAD.top, width: Math.max(x1 - x0, 2), height: ih }));
   };
   band(o.baseline, 'baseline');
+  for (const n of o.notes ?? []) {
+    const x0 = Math.max(PAD.left, x(n.from)), x1 = Math.min(W - PAD.right, x(n.to));
+    if (x1 <= x0) continue;
+    const top = n.kind === 'throttled';
+    const r = s('rect', { class: 'note ' + n.kind, x: x0, y: PAD.top, width: Math.max(x1 - x0, 2), height: top ? 5 : ih });
+    r.append(s('title', {}, n.label));
+    svg.append(r);
+  }
   for (const m of o.marks ?? []) {
     const x0 = Math.max(PAD.left, x(m.from)), x1 = Math.min(W - PAD.right, x(m.to));
     if (x1 < PAD.left || x0 > W - PAD.right) continue;
-    const r = s('rect', { class: 'finding', x: x0, y: PAD.top + ih - 4, width: Math.max(x1 - x0, 3), height: 4 });
+    const r = s('rect', { class: 'finding', x: x0, y: PAD.top + ih - 4, width: Math.max(x1 - x0, 3), height: 4, 'data-vitals': m.vitals.join(' ') });
     r.append(s('title', {}, m.label));
     svg.append(r);
   }

@@ -7,7 +7,9 @@
 import { get } from './api';
 import { fmtDuration, fmtNum, fmtTime, h, s } from './dom';
 
-export interface DiffHistogram { Edges: number[]; Target: number[]; Reference: number[] }
+/** Log: the bins grow by a ratio (values spanning decades), drawn as a
+ * log-scale axis. */
+export interface DiffHistogram { Edges: number[]; Log?: boolean; Target: number[]; Reference: number[] }
 export interface RankedMetric {
   Name: string; EMD: number; Scale: number; TargetMean: number; ReferenceMean: number;
   TargetN: number; ReferenceN: number; Histogram: DiffHistogram;
@@ -86,8 +88,11 @@ export function overlaidHistogram(el: HTMLElement, m: RankedMetric) {
   const top = Math.max(...tgt, ...ref, 1e-9);
   const x = (k: number) => pad.l + (k / Math.max(n, 1)) * iw;
   const y = (v: number) => pad.t + ih - (v / top) * ih;
-  const svg = s('svg', { class: 'hist', width: W, height: H, viewBox: `0 0 ${W} ${H}`, 'data-metric': m.Name });
-  svg.append(s('text', { class: 'ylabel', x: pad.l, y: 12 }, `${m.Name}: EMD ${m.EMD.toFixed(3)}`));
+  // Bars are equal widths whatever the bins: with bins by ratio the axis
+  // is a log scale.
+  const log = !!m.Histogram.Log;
+  const svg = s('svg', { class: 'hist', width: W, height: H, viewBox: `0 0 ${W} ${H}`, 'data-metric': m.Name, 'data-scale': log ? 'log' : 'linear' });
+  svg.append(s('text', { class: 'ylabel', x: pad.l, y: 12 }, `${m.Name}: EMD ${m.EMD.toFixed(3)}` + (log ? ' (log scale)' : '')));
   for (const f of [0, 0.5, 1]) {
     svg.append(s('line', { class: 'grid', x1: pad.l, x2: W - pad.r, y1: y(f * top), y2: y(f * top) }),
       s('text', { class: 'tick', x: pad.l - 4, y: y(f * top) + 4, 'text-anchor': 'end' }, (f * top * 100).toFixed(0) + '%'));
@@ -100,7 +105,7 @@ export function overlaidHistogram(el: HTMLElement, m: RankedMetric) {
   bars(ref, 'reference', 'reference');
   bars(tgt, 'target', 'target');
   const ticks = n <= 1 ? [0, n] : [0, Math.floor(n / 4), Math.floor(n / 2), Math.floor(3 * n / 4), n];
-  for (const k of ticks) svg.append(s('text', { class: 'tick', x: x(k), y: H - 18, 'text-anchor': 'middle' }, fmtNum(edges[k] ?? edges[edges.length - 1])));
+  for (const k of ticks) svg.append(s('text', { class: 'tick edge', x: x(k), y: H - 18, 'text-anchor': 'middle', 'data-edge': edges[k] ?? edges[edges.length - 1] }, fmtNum(edges[k] ?? edges[edges.length - 1])));
   svg.append(
     s('rect', { class: 'target', x: W - 190, y: H - 12, width: 10, height: 10 }), s('text', { class: 'tick', x: W - 176, y: H - 3 }, `target (n ${m.TargetN})`),
     s('rect', { class: 'reference', x: W - 100, y: H - 12, width: 10, height: 10 }), s('text', { class: 'tick', x: W - 86, y: H - 3 }, `reference (n ${m.ReferenceN})`));

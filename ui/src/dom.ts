@@ -38,6 +38,13 @@ export function fmtTime(ns: number, withDate = true, ms = false): string {
   return withDate ? iso.slice(0, 10) + ' ' + time : time;
 }
 
+/** Reads a UTC time as fmtTime writes it (YYYY-MM-DD HH:MM[:SS[.mmm]])
+ * into ns; NaN when it is not one. */
+export function parseTime(text: string): number {
+  const m = /^\s*(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d(:\d\d(\.\d{1,3})?)?)\s*(UTC|Z)?\s*$/.exec(text);
+  return m ? Date.parse(`${m[1]}T${m[2]}Z`) * 1e6 : NaN;
+}
+
 /** Formats a number with k/M/G suffixes. */
 export function fmtNum(v: number): string {
   const a = Math.abs(v);
@@ -46,6 +53,35 @@ export function fmtNum(v: number): string {
   if (a >= 1e3) return (v / 1e3).toFixed(a >= 1e4 ? 0 : 1) + 'k';
   if (a >= 10 || v === 0) return v.toFixed(0);
   return v.toPrecision(2);
+}
+
+/** Formats a short duration in ns: s, ms or µs. */
+export function fmtNs(ns: number): string {
+  return ns >= 1e9 ? (ns / 1e9).toFixed(2) + ' s' : ns >= 1e6 ? (ns / 1e6).toFixed(ns >= 1e8 ? 0 : 1) + ' ms' : (ns / 1e3).toFixed(0) + ' µs';
+}
+
+// A vital whose unit is "µs something" counts time: an amount of it reads
+// as a duration, and its rate per second as how many CPUs (cpu) or threads
+// (the waits) it kept busy on average.
+const timeUnit = /^µs ?(.*)$/;
+
+/** Formats an amount of a vital's unit: "2.41 s on CPU", "3.1M bytes …";
+ * bare, the number alone ("2.41 s", "3.1M") under a heading of unitHead. */
+export function fmtAmount(v: number, unit: string, bare = false): string {
+  const m = timeUnit.exec(unit);
+  if (m) return fmtNs(v * 1e3) + (m[1] && !bare ? ' ' + m[1] : '');
+  return fmtNum(v) + (bare ? '' : ' ' + unit);
+}
+
+/** The heading of a column of bare amounts of unit. */
+export const unitHead = (unit: string) => unit.replace(timeUnit, 'time $1');
+
+/** How a vital's rate per second is drawn: its factor from unit/s and its
+ * label ("cores busy", "threads blocked", "bytes of block I/O/s"). */
+export function rateOf(vital: string, unit: string): { scale: number; label: string } {
+  const m = timeUnit.exec(unit);
+  if (!m) return { scale: 1, label: unit + '/s' };
+  return { scale: 1e-6, label: vital === 'cpu' ? 'cores busy (CPUs on CPU)' : 'threads ' + m[1] };
 }
 
 export function fmtDuration(ns: number): string {

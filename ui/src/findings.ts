@@ -22,8 +22,9 @@ export interface Incident {
 }
 export interface FindingsAnswer { host: string; from: number; to: number; rules: string[]; incidents: Incident[] }
 
-/** A range marked on the vitals charts. */
-export interface Mark { from: number; to: number; label: string }
+/** A range marked on the vitals charts: on the overlay, and on the chart
+ * of each vital its findings are of. */
+export interface Mark { from: number; to: number; label: string; vitals: string[] }
 
 /** What the drill-down shows of an incident: its range, the vital its
  * samples are of, the tab, and its culprit's pid as the filter. */
@@ -35,7 +36,8 @@ export async function loadFindings(from: number, to: number, host: string, rule 
 
 /** The charts' marks of a list of incidents. */
 export function marksOf(ins: Incident[]): Mark[] {
-  return ins.map((i) => ({ from: i.start_ns, to: i.end_ns, label: `#${i.rank} ${i.summary}` }));
+  return ins.map((i) => ({ from: i.start_ns, to: i.end_ns, label: `#${i.rank} ${i.summary}`,
+    vitals: [...new Set(i.findings.flatMap((f) => f.vitals ?? []))] }));
 }
 
 export interface FindingsPage {

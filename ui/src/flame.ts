@@ -4,7 +4,7 @@
 // against the baseline — red grew, blue shrank.
 
 import { FlameAnswer } from './api';
-import { fmtNum, h, s } from './dom';
+import { fmtAmount, h, s } from './dom';
 
 interface Node {
   name: string;
@@ -52,10 +52,39 @@ function colour(n: Node, depth: number, a: FlameAnswer, diff: boolean): string {
 
 const ROW = 17;
 
+// The search term outlives a redraw (zoom, another range).
+let search = '';
+
+/** A search term as a case-insensitive pattern: a regular expression, or
+ * the text itself when it is not one. */
+function pattern(term: string): RegExp | null {
+  if (!term) return null;
+  try { return new RegExp(term, 'i'); } catch { return new RegExp(term.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i'); }
+}
+
+/** The weight of the frames matching re under n, each stack once (a match
+ * inside a matching frame is already counted). */
+function matched(n: Node, re: RegExp): number {
+  if (re.test(n.name)) return n.value;
+  let sum = 0;
+  n.children.forEach((c) => { sum += matched(c, re); });
+  return sum;
+}
+
 /** Draws the flame graph of a into host; clicking a frame zooms to it. */
 export function flameGraph(host: HTMLElement, a: FlameAnswer, diff: boolean) {
   const root = tree(a);
   const W = Math.max(host.clientWidth, 300);
+  const box = h('div', {});
+  const info = h('span', { id: 'flame-match' });
+  // Highlights the frames matching the search, and says their share.
+  const mark = () => {
+    const re = pattern(search);
+    box.querySelectorAll<SVGGElement>('g.frame').forEach((g) => g.classList.toggle('match', !!re && re.test(g.dataset.name ?? '')));
+    info.textContent = re ? ` matched: ${fmtAmount(matched(root, re), a.unit)} (${root.value > 0 ? (100 * matched(root, re) / root.value).toFixed(1) : 0}%)` : '';
+  };
+  const input = h('input', { id: 'flame-search', type: 'search', size: 28, value: search, placeholder: 'search frames (regular expression)',
+    oninput: (e) => { search = (e.target as HTMLInputElement).value; mark(); } });
   const draw = (focus: Node, path: Node[]) => {
     let depth = 0;
     const measure = (n: Node, d: number) => { depth = Math.max(depth, d); n.children.forEach((c) => measure(c, d + 1)); };
@@ -67,8 +96,8 @@ export function flameGraph(host: HTMLElement, a: FlameAnswer, diff: boolean) {
       const w = n.value * scale;
       if (w < 0.5) return;
       const pct = root.value > 0 ? (100 * n.value) / root.value : 0;
-      let tip = `${n.name}\n${fmtNum(n.value)} ${a.unit} (${pct.toFixed(1)}%)`;
-      if (diff) tip += `\nbaseline ${fmtNum(n.base)} ${a.unit} (${(a.base_total > 0 ? (100 * n.base) / a.base_total : 0).toFixed(1)}%)`;
+      let tip = `${n.name}\n${fmtAmount(n.value, a.unit)} (${pct.toFixed(1)}%)`;
+      if (diff) tip += `\nbaseline ${fmtAmount(n.base, a.unit)} (${(a.base_total > 0 ? (100 * n.base) / a.base_total : 0).toFixed(1)}%)`;
       const g = s('g', { class: 'frame', 'data-name': n.name, transform: `translate(${x0.toFixed(1)},${d * ROW})` },
         s('rect', { width: Math.max(w - 0.5, 0.5), height: ROW - 1, fill: colour(n, d, a, diff) }),
         s('title', {}, tip));
@@ -93,11 +122,13 @@ export function flameGraph(host: HTMLElement, a: FlameAnswer, diff: boolean) {
       svg.append(g);
     });
     put(focus, path.length, 0, path);
-    host.replaceChildren(svg);
+    box.replaceChildren(svg);
+    mark();
   };
   if (root.value === 0) {
     host.replaceChildren(h('p', { class: 'empty' }, 'No samples with stacks in this range.'));
     return;
   }
+  host.replaceChildren(h('div', { class: 'flame-search' }, input, info), box);
   draw(root, []);
 }

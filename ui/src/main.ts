@@ -2,14 +2,15 @@
 // drill-down into a selected range's samples, flame graphs and top tables.
 // Everything comes from the JSON API (internal/server/openapi.yaml).
 
-import { apiURL, Filter, FlameAnswer, get, Overview, Sample, SamplesAnswer, Stack, TopAnswer, VitalsAnswer } from './api';
+import { apiURL, Filter, FlameAnswer, get, Overview, Sample, SamplesAnswer, Stack, TopAnswer, VitalInfo, VitalsAnswer } from './api';
 import { lineChart, Line } from './chart';
-import { fmtDuration, fmtNum, fmtTime, h, palette } from './dom';
+import { fmtAmount, fmtDuration, fmtTime, h, palette, parseTime, rateOf, unitHead } from './dom';
 import { flameGraph } from './flame';
 import { renderDiff } from './diff';
 import { loadFindings, Mark, marksOf, Pick, renderFindings } from './findings';
 import { renderLive } from './live';
 import { renderTraces } from './traces';
+import { offNotes, seriesNotes } from './coverage';
 import { allHosts, hostLegend, hostSelector, seriesStyle, sourceLabel, vitalsOf } from './hosts';
 
 type Range = { kind: 'last'; span: number } | { kind: 'abs'; from: number; to: number };
@@ -42,6 +43,14 @@ const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getEleme
 function colourOf(vital: string): string {
   const i = state.ov?.vitals.findIndex((v) => v.name === vital) ?? 0;
   return palette[Math.max(i, 0) % palette.length];
+}
+
+/** The vitals the UI offers: those recorded (the recorder's last epoch has
+ * them) or with data in the range shown. One the host cannot record (l2
+ * without a hardware PMU) is named as not recorded instead. */
+function offered(): VitalInfo[] {
+  const data = new Set(state.vitals?.series.filter((s) => s.t.length > 0).map((s) => s.vital) ?? []);
+  return state.ov!.vitals.filter((v) => v.recorded || data.has(v.name));
 }
 
 function showError(err: unknown) {
@@ -122,8 +131,8 @@ function syncRangeControls() {
   sel.value = r.kind === 'last' ? String(r.span) : 'custom';
   $('custom').hidden = r.kind !== 'abs';
   if (r.kind === 'abs') {
-    $<HTMLInputElement>('from').value = new Date(r.from / 1e6).toISOString().slice(0, 19);
-    $<HTMLInputElement>('to').value = new Date(r.to / 1e6).toISOString().slice(0, 19);
+    $<HTMLInputElement>('from').value = fmtTime(r.from);
+    $<HTMLInputElement>('to').value = fmtTime(r.to);
   }
 }
 
@@ -136,8 +145,8 @@ function header(): HTMLElement {
   } }, ...presets.map(([label, span]) => h('option', { value: span }, label)),
   h('option', { value: 'all' }, 'whole recording'), h('option', { value: 'custom' }, 'custom…'));
   const applyCustom = () => {
-    const from = Date.parse($<HTMLInputElement>('from').value + 'Z') * 1e6;
-    const to = Date.parse($<HTMLInputElement>('to').value + 'Z') * 1e6;
+    const from = parseTime($<HTMLInputElement>('from').value), to = parseTime($<HTMLInputElement>('to').value);
+    if (Number.isNaN(from) || Number.isNaN(to)) return showError('custom range: give times as YYYY-MM-DD HH:MM:SS, UTC');
     if (!(from < to)) return showError('custom range: "from" must be before "to"');
     setRange({ kind: 'abs', from, to });
   };
@@ -153,7 +162,9 @@ function header(): HTMLElement {
     hostSelector(state.ov!, selectHost),
     ranges,
     h('span', { id: 'custom', hidden: true },
-      h('input', { id: 'from', type: 'datetime-local', step: 1 }), '–', h('input', { id: 'to', type: 'datetime-local', step: 1 }),
+      // Text, not datetime-local, which shows the browser's locale (12 h
+      // in en-US): every time in the UI reads UTC, 24 h.
+      h('input', { id: 'from', size: 19, placeholder: 'YYYY-MM-DD HH:MM:SS' }), '–', h('input', { id: 'to', size: 19, placeholder: 'YYYY-MM-DD HH:MM:SS' }),
       h('button', { onclick: applyCustom }, 'apply'), h('small', {}, 'UTC')),
     h('label', {}, 'timescale ', timescales),
     h('span', { id: 'live', class: state.ov!.live ? 'live on' : 'live', title: 'new epochs appear as they are recorded' },
@@ -186,12 +197,15 @@ function pan(frac: number) {
 
 function linesOf(vitals: string[]): Line[] {
   const a = state.vitals!;
-  return a.series.filter((s) => vitals.includes(s.vital)).map((s) => ({
-    ...seriesStyle(s, a, vitals.length === 1, colourOf), t: s.t,
-    width: s.t.map(() => a.bucket_ns),
-    // Rates per second, so the timescales agree.
-    y: s.weight.map((w, i) => (s.seconds[i] > 0 ? w / s.seconds[i] : w)),
-  }));
+  return a.series.filter((s) => vitals.includes(s.vital)).map((s) => {
+    const k = rateOf(s.vital, s.unit).scale;
+    return {
+      ...seriesStyle(s, a, vitals.length === 1, colourOf), t: s.t,
+      width: s.t.map(() => a.bucket_ns),
+      // Rates per second, so the timescales agree.
+      y: s.weight.map((w, i) => k * (s.seconds[i] > 0 ? w / s.seconds[i] : w)),
+    };
+  });
 }
 
 function drawCharts() {
@@ -203,13 +217,17 @@ function drawCharts() {
     onZoom: zoom,
   };
   lineChart($('overlay-chart'), linesOf([...state.overlay]), {
-    ...common, height: 200, normalised: true, yLabel: 'each vital scaled to its max = 1',
+    ...common, notes: [...new Set(a.series.map((s) => s.host))].flatMap((host) => offNotes(a, host)), height: 200, normalised: true, yLabel: 'each vital scaled to its max = 1',
     onSelect: (f, t) => select(f, t, ''),
   });
   const grid = $('vital-charts');
   grid.replaceChildren();
   $('host-legend').replaceChildren(hostLegend(a) ?? '');
+  $('overlay-controls').replaceWith(overlayControls());
+  const fv = $<HTMLSelectElement>('f-vital');
+  fv.replaceChildren(...vitalOptions(fv.value));
   const empty: string[] = [];
+  let noted = 0;
   for (const hs of vitalsOf(a)) {
     const s = hs[0];
     if (hs.every((x) => x.t.length === 0)) { empty.push(s.vital); continue; }
@@ -217,10 +235,15 @@ function drawCharts() {
     const box = h('div', { class: 'vital-chart', 'data-vital': s.vital });
     grid.append(h('div', { class: 'card' },
       h('div', { class: 'card-title' }, h('span', { class: 'swatch', style: `background:${colourOf(s.vital)}` }), s.vital,
-        h('small', {}, ` ${fmtNum(total)} ${s.unit} in range`)), box));
-    lineChart(box, linesOf([s.vital]), { ...common, height: 110, yLabel: s.unit + '/s', onSelect: (f, t) => select(f, t, s.vital) });
+        h('small', {}, ` ${fmtAmount(total, s.unit)} in range`)), box));
+    const notes = hs.flatMap((x) => seriesNotes(a, x));
+    noted += notes.length;
+    lineChart(box, linesOf([s.vital]), { ...common, notes, marks: state.marks.filter((m) => m.vitals.includes(s.vital)), height: 110, yLabel: rateOf(s.vital, s.unit).label, onSelect: (f, t) => select(f, t, s.vital) });
   }
-  $('no-data').textContent = empty.length ? `No data in this range for: ${empty.join(', ')}` : '';
+  const unrecorded = state.ov!.vitals.filter((v) => !offered().includes(v)).map((v) => v.name);
+  $('no-data').textContent = (unrecorded.length ? `Not recorded on this host: ${unrecorded.join(', ')} (holter status says why). ` : '') +
+    (empty.filter((v) => !unrecorded.includes(v)).length ? `No data in this range for: ${empty.filter((v) => !unrecorded.includes(v)).join(', ')}. ` : '') +
+    (noted ? 'Hatched: not recorded (the recorder was not running, or not this vital); amber: throttled or lost samples (hover for why).' : '');
   $('scale-info').textContent = `${fmtTime(from)} – ${fmtTime(to)} UTC (${fmtDuration(to - from)}), ${a.timescale === 'epoch' ? 'per epoch' : a.timescale + ' buckets'}`;
 }
 
@@ -229,13 +252,19 @@ let firstViewDone = false;
 async function refreshVitals() {
   const [from, to] = view();
   const seq = ++vitalsSeq;
+  // The charts are drawn as soon as their vitals come, and marked when the
+  // findings do (seconds later on a loaded host). They do without their
+  // marks rather than fail (a fleet may keep its findings with its hosts:
+  // no marks then).
+  const found = loadFindings(from, to, state.ov!.host).catch((e) => { if (!state.ov!.fleet) showError(e); return { incidents: [] }; });
   try {
-    const [a, fs] = await Promise.all([get<VitalsAnswer>('/api/vitals', { from, to, timescale: state.timescale, host: state.ov!.host }),
-      // The charts do without their finding marks rather than fail.
-      // (A fleet may keep its findings with its hosts: no marks then.)
-      loadFindings(from, to, state.ov!.host).catch((e) => { if (!state.ov!.fleet) showError(e); return { incidents: [] }; })]);
+    const a = await get<VitalsAnswer>('/api/vitals', { from, to, timescale: state.timescale, host: state.ov!.host });
     if (seq !== vitalsSeq) return; // a newer view was asked for meanwhile
     state.vitals = a;
+    drawCharts();
+  } catch (e) { return showError(e); }
+  void found.then((fs) => {
+    if (seq !== vitalsSeq) return;
     state.marks = marksOf(fs.incidents);
     drawCharts();
     // Opened on no page in particular, the UI shows what is wrong first,
@@ -244,11 +273,11 @@ async function refreshVitals() {
       firstViewDone = true;
       if (!location.hash && fs.incidents.length > 0) location.hash = '#/findings';
     }
-  } catch (e) { showError(e); }
+  });
 }
 
 function overlayControls(): HTMLElement {
-  return h('div', { class: 'overlay-controls' }, 'overlay: ', ...state.ov!.vitals.map((v) =>
+  return h('div', { id: 'overlay-controls', class: 'overlay-controls' }, 'overlay: ', ...offered().map((v) =>
     h('label', { class: 'chip', style: `border-color:${colourOf(v.name)}` },
       h('input', { type: 'checkbox', name: 'overlay', value: v.name, checked: state.overlay.has(v.name), onchange: (e) => {
         const c = e.target as HTMLInputElement;
@@ -292,6 +321,11 @@ function refreshDrill() {
   ({ samples: refreshSamples, flame: refreshFlame, top: refreshTop, diff: refreshDiff })[state.tab]();
 }
 
+/** The drill-down's vital filter's options, keeping the choice. */
+function vitalOptions(chosen = ''): HTMLOptionElement[] {
+  return [h('option', { value: '' }, 'all'), ...offered().map((v) => h('option', { value: v.name, selected: v.name === chosen }, v.name))];
+}
+
 function filterBar(): HTMLElement {
   const text = (key: keyof Filter, label: string, width = 9) => h('label', {}, label + ' ',
     h('input', { id: 'f-' + key, size: width, onchange: (e) => {
@@ -302,7 +336,7 @@ function filterBar(): HTMLElement {
     } }));
   return h('div', { class: 'filters' },
     h('label', {}, 'vital ', h('select', { id: 'f-vital', onchange: () => refreshDrill() },
-      h('option', { value: '' }, 'all'), ...state.ov!.vitals.map((v) => h('option', { value: v.name }, v.name)))),
+      ...vitalOptions())),
     text('pid', 'pid', 6), text('comm', 'process'), text('uid', 'uid', 5), text('exe', 'executable', 12), text('func', 'function', 14));
 }
 
@@ -322,7 +356,7 @@ async function refreshSamples(more = false) {
     document.querySelectorAll('tr.sample.active').forEach((r) => r.classList.remove('active'));
     (e.currentTarget as HTMLElement).classList.add('active');
     openSample(sm);
-  } }, h('td', {}, fmtTime(sm.ts_ns, false, true)), allHosts(state.ov!) ? h('td', { class: 'host' }, sm.host) : null, h('td', {}, sm.vital), h('td', { class: 'num' }, fmtNum(sm.weight) + ' ' + unit(sm.vital)),
+  } }, h('td', {}, fmtTime(sm.ts_ns, false, true)), allHosts(state.ov!) ? h('td', { class: 'host' }, sm.host) : null, h('td', {}, sm.vital), h('td', { class: 'num' }, fmtAmount(sm.weight, unit(sm.vital))),
   h('td', { class: 'num' }, sm.pid), h('td', { class: 'num' }, sm.tid), h('td', { class: 'num' }, sm.uid), h('td', {}, sm.comm),
   h('td', { title: sm.exe }, sm.exe.split('/').pop() ?? '')));
   body.replaceChildren(h('div', { class: 'split' },
@@ -332,6 +366,16 @@ async function refreshSamples(more = false) {
         h('tbody', {}, ...rows)),
       state.sampleTotal > state.samples.length ? h('button', { onclick: () => refreshSamples(true) }, 'more') : null),
     h('div', { id: 'sample-detail', class: 'detail' }, h('p', { class: 'empty' }, 'Click a sample to see its stacks and fields.'))));
+}
+
+// The sample fields that are addresses or bit flags, shown in hex.
+const hexFields = new Set(['ip', 'site', 'handler', 'lock_addr', 'address', 'gfp', 'fault_code', 'lock_flags']);
+
+/** A sample field as people read it: addresses and flags in hex (64-bit
+ * values beyond 2^53 arrive as decimal strings). */
+function fieldText(k: string, v: unknown): string {
+  if (hexFields.has(k) && (typeof v === 'number' || (typeof v === 'string' && /^\d+$/.test(v)))) return '0x' + BigInt(v).toString(16);
+  return String(v);
 }
 
 async function openSample(sm: Sample) {
@@ -356,7 +400,7 @@ async function openSample(sm: Sample) {
     h('h3', {}, `${sm.vital} sample: ${sm.comm} (pid ${sm.pid}, tid ${sm.tid}, uid ${sm.uid})`),
     h('table', { class: 'fields' },
       ...[['time', fmtTime(sm.ts_ns, true, true) + ' UTC'], ['epoch', sm.epoch], ['weight', sm.weight], ['estimated count', sm.est_count],
-        ['executable', sm.exe], ['label hash', sm.label_hash], ...fields.map(([k, v]) => [k, String(v)])]
+        ['executable', sm.exe], ['label hash', sm.label_hash], ...fields.map(([k, v]) => [k, fieldText(k, v)])]
         .map(([k, v]) => h('tr', {}, h('th', {}, String(k)), h('td', {}, String(v))))),
     stackBlock('user', sm.ustack_id), stackBlock('kernel', sm.kstack_id));
 }
@@ -365,7 +409,7 @@ async function refreshFlame() {
   const body = $('drill-body');
   const controls = h('div', { class: 'flame-controls' },
     h('label', {}, 'profile ', h('select', { id: 'flame-vital', onchange: (e) => { state.flameVital = (e.target as HTMLSelectElement).value; refreshDrill(); } },
-      ...state.ov!.vitals.map((v) => h('option', { value: v.name, selected: v.name === state.flameVital },
+      ...offered().map((v) => h('option', { value: v.name, selected: v.name === state.flameVital },
         v.name === 'cpu' ? 'on-CPU (cpu)' : v.name === 'blck' ? 'off-CPU (blck)' : v.name)))),
     h('label', { title: state.baseline ? '' : 'pick a baseline range first ("use as baseline")' },
       h('input', { id: 'flame-diff', type: 'checkbox', checked: state.flameDiff && !!state.baseline, disabled: !state.baseline,
@@ -381,7 +425,7 @@ async function refreshFlame() {
   try {
     const a = await get<FlameAnswer>('/api/flame', params);
     if (seq !== drillSeq) return;
-    $('flame-info').textContent = ` ${fmtNum(a.total)} ${a.unit}` + (diff ? ` (baseline ${fmtNum(a.base_total)})` : '') +
+    $('flame-info').textContent = ` ${fmtAmount(a.total, a.unit)}` + (diff ? ` (baseline ${fmtAmount(a.base_total, a.unit)})` : '') +
       (a.truncated ? ' — truncated to the heaviest stacks' : '');
     flameGraph(graph, a, diff);
     // The same stacks for other tools: go tool pprof, Pyroscope, Parca;
@@ -397,7 +441,7 @@ async function refreshFlame() {
 async function refreshTop() {
   const body = $('drill-body');
   const pick = h('select', { id: 'top-vital', onchange: (e) => { state.topVital = (e.target as HTMLSelectElement).value; refreshDrill(); } },
-    ...state.ov!.vitals.map((v) => h('option', { value: v.name, selected: v.name === state.topVital }, v.name)));
+    ...offered().map((v) => h('option', { value: v.name, selected: v.name === state.topVital }, v.name)));
   const tables = h('div', { class: 'tops' });
   const seq = drillSeq;
   body.replaceChildren(h('div', {}, h('label', {}, 'vital ', pick)), tables);
@@ -406,7 +450,7 @@ async function refreshTop() {
     const answers = await Promise.all(kinds.map(([by]) => get<TopAnswer>('/api/top', { ...filterParams(), vital: state.topVital, by, limit: 10 })));
     if (seq !== drillSeq) return;
     tables.replaceChildren(...answers.map((a, i) => h('div', { class: 'top', 'data-by': a.by }, h('h4', {}, kinds[i][1]),
-      h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, kinds[i][0]), allHosts(state.ov!) ? h('th', {}, 'host') : null, h('th', {}, a.unit), h('th', {}, 'share'), h('th', {}, 'samples'))),
+      h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, kinds[i][0]), allHosts(state.ov!) ? h('th', {}, 'host') : null, h('th', {}, unitHead(a.unit)), h('th', {}, 'share'), h('th', {}, 'samples'))),
         h('tbody', {}, ...a.rows.map((r) => {
           const share = a.total_weight > 0 ? r.weight / a.total_weight : 0;
           return h('tr', { title: 'filter on this', onclick: () => {
@@ -416,8 +460,8 @@ async function refreshTop() {
             state.tab = 'samples';
             refreshDrill();
           } }, h('td', { title: r.key }, r.key.split('/').pop() ?? r.key), allHosts(state.ov!) ? h('td', { class: 'host' }, r.host) : null,
-          h('td', { class: 'num' }, fmtNum(r.weight)),
-          h('td', {}, h('span', { class: 'bar', style: `width:${(share * 60).toFixed(0)}px` }), ` ${(share * 100).toFixed(1)}%`),
+          h('td', { class: 'num' }, fmtAmount(r.weight, a.unit, true)),
+          h('td', {}, h('span', { class: 'bar', style: `width:${(share * 30).toFixed(0)}px` }), ` ${(share * 100).toFixed(1)}%`),
           h('td', { class: 'num' }, r.samples));
         }))))));
   } catch (e) { showError(e); }

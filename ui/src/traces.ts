@@ -4,7 +4,7 @@
 // with a simple layered layout.
 
 import { get } from './api';
-import { fmtDuration, fmtNum, fmtTime, h, s } from './dom';
+import { fmtDuration, fmtNs, fmtNum, fmtTime, h, s } from './dom';
 
 export interface TraceSummary {
   trace_id: string; client: string; service: string; operation: string; start_ns: number; duration_ns: number;
@@ -43,9 +43,10 @@ export interface TracesPage {
 const f = { service: '', operation: '', client: '', inView: false, workload: '' };
 let seq = 0;
 
-const ms = (ns: number) => (ns >= 1e9 ? (ns / 1e9).toFixed(2) + ' s' : ns >= 1e6 ? (ns / 1e6).toFixed(ns >= 1e8 ? 0 : 1) + ' ms' : (ns / 1e3).toFixed(0) + ' µs');
+// Runnable is the time the span's thread waited for a CPU (its children's
+// on the thread included: the API keeps no self share of it).
 const costText = (c?: Cost) => !c ? 'no kernel account' : !c.accounted ? 'not accounted' :
-  `cpu ${ms(c.self_cpu_ns)} · blocked ${ms(c.self_blocked_ns)} · io ${fmtNum(c.io_bytes)}B`;
+  `cpu ${fmtNs(c.self_cpu_ns)} · runnable ${fmtNs(c.runnable_ns)} · blocked ${fmtNs(c.self_blocked_ns)} · io ${fmtNum(c.io_bytes)}B`;
 // A span without thread.id or process.pid cannot be charged: say so, and
 // where the fix is.
 const spanCost = (n: PathNode) => !n.kernel && (!n.pid || !n.tid)
@@ -69,9 +70,9 @@ export async function renderTraces(el: HTMLElement, p: TracesPage) {
     (e.currentTarget as HTMLElement).classList.add('active');
     showPath(detail, t.trace_id, p);
   } }, h('td', {}, fmtTime(t.start_ns, true, true)), h('td', {}, t.service || '?'), h('td', {}, t.operation || '?'), h('td', {}, t.client),
-  h('td', { class: 'hosts' }, (t.hosts ?? []).join(', ')), h('td', { class: 'num' }, ms(t.duration_ns)), h('td', { class: 'num' }, t.spans),
-  h('td', { class: 'num' }, t.accounted ? ms(t.cpu_ns) + (t.billed_cpu_ns > 0 ? ` (${ms(t.billed_cpu_ns)} billed)` : '') : '—'),
-  h('td', { class: 'num' }, t.accounted ? ms(t.blocked_ns) : '—'), h('td', { class: 'num' }, t.accounted ? fmtNum(t.io_bytes) + 'B' : '—'),
+  h('td', { class: 'hosts' }, (t.hosts ?? []).join(', ')), h('td', { class: 'num' }, fmtNs(t.duration_ns)), h('td', { class: 'num' }, t.spans),
+  h('td', { class: 'num' }, t.accounted ? fmtNs(t.cpu_ns) + (t.billed_cpu_ns > 0 ? ` (${fmtNs(t.billed_cpu_ns)} billed)` : '') : '—'),
+  h('td', { class: 'num' }, t.accounted ? fmtNs(t.blocked_ns) : '—'), h('td', { class: 'num' }, t.accounted ? fmtNum(t.io_bytes) + 'B' : '—'),
   h('td', {}, t.error ? 'error' : '')));
   const wlKey = (w: TraceWorkload) => w.service + '\u0000' + w.operation;
   if (!a.workloads.some((w) => wlKey(w) === f.workload)) f.workload = a.workloads[0] ? wlKey(a.workloads[0]) : '';
@@ -129,7 +130,7 @@ export function waterfall(el: HTMLElement, path: TracePath) {
     s('rect', { width: 3, height: 6, fill: '#f0a04b' }))));
   for (const t of [0, 0.25, 0.5, 0.75, 1]) {
     svg.append(s('line', { class: 'grid', x1: x(t0 + t * (t1 - t0)), x2: x(t0 + t * (t1 - t0)), y1: 14, y2: H }),
-      s('text', { class: 'tick', x: x(t0 + t * (t1 - t0)), y: 10, 'text-anchor': 'middle' }, '+' + ms(t * (t1 - t0))));
+      s('text', { class: 'tick', x: x(t0 + t * (t1 - t0)), y: 10, 'text-anchor': 'middle' }, '+' + fmtNs(t * (t1 - t0))));
   }
   rows.forEach((r, i) => {
     const y = 18 + i * RH;
@@ -142,17 +143,17 @@ export function waterfall(el: HTMLElement, path: TracePath) {
       // The duration and marks go after the bar, or before it when the
       // bar ends in the right half.
       x(n.end_ns) < LW + bw / 2
-        ? s('text', { class: 'tick', x: x(n.end_ns) + 4, y: y + 14 }, ms(n.duration_ns) + (marks ? ' ' + marks : ''))
-        : s('text', { class: 'tick', x: x(n.start_ns) - 4, y: y + 14, 'text-anchor': 'end' }, ms(n.duration_ns) + (marks ? ' ' + marks : '')),
+        ? s('text', { class: 'tick', x: x(n.end_ns) + 4, y: y + 14 }, fmtNs(n.duration_ns) + (marks ? ' ' + marks : ''))
+        : s('text', { class: 'tick', x: x(n.start_ns) - 4, y: y + 14, 'text-anchor': 'end' }, fmtNs(n.duration_ns) + (marks ? ' ' + marks : '')),
       s('text', { class: 'cost', x: LW + bw + 10, y: y + 14 }, `${n.host} · ` + (r.batch && r.depth === 0 ? 'billed ' + costText(r.batch.billed) : spanCost(n))));
     g.append(s('title', {}, `${n.service} ${n.operation} (${n.kind}) on ${n.host}, pid ${n.pid ?? '?'} tid ${n.tid ?? '?'}\n` +
-      `${ms(n.duration_ns)}, self ${ms(n.self_ns)}, ${ms(n.before_ns)} after its parent started` + (n.async ? ', outlives its parent' : '') +
+      `${fmtNs(n.duration_ns)}, self ${fmtNs(n.self_ns)}, ${fmtNs(n.before_ns)} after its parent started` + (n.async ? ', outlives its parent' : '') +
       `\n${spanCost(n)}`));
     svg.append(g);
   });
   el.replaceChildren(
     h('h3', {}, `Trace ${path.trace_id}`),
-    h('p', { class: 'hint' }, `client ${path.client}, ${path.spans} spans, ${ms(path.duration_ns)} from ${fmtTime(path.start_ns, true, true)} UTC. ` +
+    h('p', { class: 'hint' }, `client ${path.client}, ${path.spans} spans, ${fmtNs(path.duration_ns)} from ${fmtTime(path.start_ns, true, true)} UTC. ` +
       `Own kernel cost: ${costText(path.own)}; with billed shares: ${costText(path.total)}. Built in ${fmtDuration(path.build_ns)} (${path.queries} queries).`),
     h('div', { class: 'scroll' }, svg));
 }
@@ -199,8 +200,8 @@ export function latencyGraph(el: HTMLElement, g: LatencyGraph) {
     const mx = (x1 + x2) / 2;
     const cls = 'edge' + (e.remote ? ' remote' : '') + (e.async ? ' async' : '');
     const path = s('path', { class: cls, d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, 'marker-end': 'url(#arrow)', 'data-from': e.from, 'data-to': e.to });
-    path.append(s('title', {}, `${e.from} → ${e.to}: n ${e.n}, mean ${ms(e.mean_ns)}, min ${ms(e.min_ns)}, p50 ${ms(e.p50_ns)}, p90 ${ms(e.p90_ns)}, p99 ${ms(e.p99_ns)}, max ${ms(e.max_ns)}`));
-    svg.append(path, s('text', { class: 'elabel', x: mx, y: (y1 + y2) / 2 - 5, 'text-anchor': 'middle' }, `p50 ${ms(e.p50_ns)} · p99 ${ms(e.p99_ns)} (${e.n})`));
+    path.append(s('title', {}, `${e.from} → ${e.to}: n ${e.n}, mean ${fmtNs(e.mean_ns)}, min ${fmtNs(e.min_ns)}, p50 ${fmtNs(e.p50_ns)}, p90 ${fmtNs(e.p90_ns)}, p99 ${fmtNs(e.p99_ns)}, max ${fmtNs(e.max_ns)}`));
+    svg.append(path, s('text', { class: 'elabel', x: mx, y: (y1 + y2) / 2 - 5, 'text-anchor': 'middle' }, `p50 ${fmtNs(e.p50_ns)} · p99 ${fmtNs(e.p99_ns)} (${e.n})`));
   }
   for (const n of g.nodes) {
     const q = pos.get(n.id)!;

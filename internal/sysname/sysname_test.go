@@ -1,4 +1,4 @@
-package tracequery
+package sysname
 
 import (
 	"bytes"
@@ -14,14 +14,14 @@ import (
 func TestSyscallNames(t *testing.T) {
 	for nr, want := range map[int]string{unix.SYS_READ: "read", unix.SYS_GETPPID: "getppid", unix.SYS_OPENAT: "openat",
 		unix.SYS_EXECVE: "execve", unix.SYS_CLOCK_NANOSLEEP: "clock_nanosleep", unix.SYS_NEWFSTATAT: "newfstatat"} {
-		if got := syscallName(int64(nr)); got != want {
+		if got := Syscall(int64(nr)); got != want {
 			t.Errorf("syscall %d: %q, want %q", nr, got, want)
 		}
-		if syscallNumbers[want] != nr {
-			t.Errorf("%s: %d, want %d", want, syscallNumbers[want], nr)
+		if got, ok := SyscallNumber(want); !ok || got != nr {
+			t.Errorf("%s: %d, want %d", want, got, nr)
 		}
 	}
-	if got := syscallName(100000); got != "syscall_100000" {
+	if got := Syscall(100000); got != "syscall_100000" {
 		t.Errorf("unknown syscall: %q", got)
 	}
 }
@@ -34,8 +34,8 @@ func TestSyscallTableGenerated(t *testing.T) {
 		t.Fatalf("go run ./internal/gensyscalls: %v\n%s", err, b)
 	}
 	want, _ := os.ReadFile(out)
-	got, _ := os.ReadFile("syscalltable.go")
+	got, _ := os.ReadFile("table.go")
 	if !bytes.Equal(got, want) {
-		t.Error("syscalltable.go is stale: run go generate ./internal/tracequery/ and commit it")
+		t.Error("table.go is stale: run go generate ./internal/sysname/ and commit it")
 	}
 }
