@@ -213,7 +213,19 @@ func storeUIFinding(t *testing.T, dir string) findings.Finding {
 // kernel accounting may charge them its CPU.
 func postUITrace(t *testing.T, addr string, pid int) string {
 	t.Helper()
-	now := time.Now().Add(-2 * time.Second).UnixNano()
+	// The accounting follows a process once a span names it: a first
+	// export names the workload, and the trace's spans come after, so
+	// that their thread's CPU and waits are charged to them.
+	postOTLPJSON(t, addr, map[string]any{"resourceSpans": []any{map[string]any{
+		"resource": map[string]any{"attributes": []any{
+			map[string]any{"key": "service.name", "value": map[string]any{"stringValue": "storage"}},
+			map[string]any{"key": "process.pid", "value": map[string]any{"intValue": fmt.Sprint(pid)}}}},
+		"scopeSpans": []any{map[string]any{"spans": []any{map[string]any{
+			"traceId": "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0", "spanId": "00000000000000c1", "name": "hello", "kind": 2,
+			"startTimeUnixNano": fmt.Sprint(time.Now().UnixNano() - 1e6), "endTimeUnixNano": fmt.Sprint(time.Now().UnixNano()),
+			"attributes": []any{map[string]any{"key": "thread.id", "value": map[string]any{"intValue": fmt.Sprint(pid)}}}}}}}}}})
+	time.Sleep(2500 * time.Millisecond)
+	now := time.Now().Add(-time.Second).UnixNano()
 	ms := int64(time.Millisecond)
 	type span struct {
 		svc, trace, id, parent, name string
@@ -261,7 +273,14 @@ func postUITrace(t *testing.T, addr string, pid int) string {
 		}
 		rs = append(rs, map[string]any{"resource": map[string]any{"attributes": attrs}, "scopeSpans": []any{map[string]any{"spans": ss}}})
 	}
-	body, _ := json.Marshal(map[string]any{"resourceSpans": rs})
+	postOTLPJSON(t, addr, map[string]any{"resourceSpans": rs})
+	return traceOf(0)
+}
+
+// postOTLPJSON exports an OTLP/HTTP JSON request, which must be taken whole.
+func postOTLPJSON(t *testing.T, addr string, req map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(req)
 	resp, err := http.Post("http://"+addr+"/v1/traces", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +290,6 @@ func postUITrace(t *testing.T, addr string, pid int) string {
 	if resp.StatusCode != http.StatusOK || strings.Contains(string(b), "rejected") {
 		t.Fatalf("OTLP/HTTP JSON export: %d %s", resp.StatusCode, b)
 	}
-	return traceOf(0)
 }
 
 // timeUIEndpoints reports how long the new tabs' API calls take on the

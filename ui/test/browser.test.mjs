@@ -240,6 +240,8 @@ uiTest('a posted trace opens as a waterfall of its causal path, and its workload
   assert.ok(spans.some((s) => /async/.test(s.cls)), 'the write-back is marked asynchronous');
   assert.ok(spans.some((s) => /batch/.test(s.cls)), 'the coalesced batch is shown');
   assert.match(await page.textContent('#trace-detail svg.waterfall'), /billed 33% of 3 requests/);
+  // A charged span says how long its thread waited for a CPU.
+  assert.match(await page.textContent('#trace-detail'), /cpu [\d.]+ ?(s|ms|µs|ns) · runnable [\d.]+ ?(s|ms|µs|ns) · blocked/);
   await page.waitForSelector('#latency-graph svg.lgraph g.node');
   const nodes = await page.locator('#latency-graph svg.lgraph g.node').count();
   const labels = await page.$$eval('#latency-graph svg.lgraph text.elabel', (ts) => ts.map((t) => t.textContent));
