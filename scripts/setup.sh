@@ -20,6 +20,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v bpftrace >/dev/null || need+=(bpftrace) # reference for holter trace's agreement tests and benchmarks
 command -v clickhouse-server >/dev/null || need+=(clickhouse-server) # the fleet store the export and fleet tests ship to
 command -v promtool >/dev/null || need+=(prometheus) # promtool checks /metrics in the tests
+command -v zsh >/dev/null || need+=(zsh) # holter completion zsh and fish are tried in their shells
+command -v fish >/dev/null || need+=(fish)
 command -v ip >/dev/null || need+=(iproute2) # network namespaces as separate hosts in the fleet tests
 [ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -f /usr/include/sys/sdt.h ] || need+=(systemtap-sdt-dev) # <sys/sdt.h>: static markers in the USDT workload of holter trace's tests
 

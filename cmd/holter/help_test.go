@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,13 +94,41 @@ func TestBashCompletion(t *testing.T) {
 		}
 	}
 	for _, sh := range []string{"zsh", "fish"} {
-		p, err := exec.LookPath(sh)
-		if err != nil {
-			continue
-		}
+		p := testutil.RequireTool(t, sh)
 		s, _, _ := runHolter(t, bin, "completion", sh)
 		if out, err := exec.Command(p, "-n", "-c", s).CombinedOutput(); err != nil {
 			t.Errorf("%s -n rejects its completion: %v\n%s", sh, err, out)
+		}
+		script := filepath.Join(t.TempDir(), "holter."+sh)
+		os.WriteFile(script, []byte(s), 0o644)
+		// What each shell offers: fish's own completer with its
+		// descriptions; zsh's function, registered for holter by compinit,
+		// gives the command's flags (zsh's compadd then keeps those the
+		// word begins with).
+		var check string
+		var want []string
+		if sh == "fish" {
+			check = `source $argv[1]; complete -C "holter qu"; complete -C "holter query --fo"; complete -C "holter record --reta"`
+			want = []string{"query\t", "--format\t", "--retain-raw\t", "--retain-size\t"}
+		} else {
+			check = `autoload -U compinit && compinit -u -D; source $1; print -r -- ${_comps[holter]}
+				COMP_WORDS=(holter query --fo); COMP_CWORD=2; compgen -F _holter -- --fo`
+			want = []string{"_bash_complete -F _holter", "--format", "--query-timeout"}
+		}
+		out, err := exec.Command(p, "-f", "-c", check, sh, script).CombinedOutput()
+		if sh == "fish" {
+			out, err = exec.Command(p, "--no-config", "-c", check, script).CombinedOutput()
+		}
+		if err != nil {
+			t.Errorf("%s completion: %v\n%s", sh, err, out)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%s completion lacks %q:\n%s", sh, w, out)
+			}
+		}
+		if sh == "zsh" && strings.Contains(string(out), "--retain-raw") {
+			t.Errorf("zsh offers record's flags for query:\n%s", out)
 		}
 	}
 	if _, errOut, code := runHolter(t, bin, "completion", "tcsh"); code != 2 || !strings.Contains(errOut, "bash, zsh or fish") {
