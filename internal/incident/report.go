@@ -131,11 +131,7 @@ func Build(ctx context.Context, q findings.Querier, o Options) (*Report, error) 
 		if err != nil {
 			return nil, err
 		}
-		for v, reason := range o.Unavailable {
-			if _, ok := missing[v]; ok {
-				missing[v] = reason
-			}
-		}
+		o.explain(missing)
 		for _, u := range findings.Unevaluable(findings.DefaultFilters(nil), missing) {
 			if _, ok := skipped[u.Rule]; !ok {
 				skipped[u.Rule] = u
@@ -181,14 +177,20 @@ func evaluate(ctx context.Context, q findings.Querier, host string, t findings.R
 	if err != nil {
 		return nil, nil, err
 	}
-	for v, reason := range o.Unavailable {
-		if _, missing := w.Unavailable[v]; missing {
-			w.Unavailable[v] = reason
-		}
-	}
+	o.explain(w.Unavailable)
 	w.IncludeSelf = o.IncludeSelf
 	found, skipped := findings.Evaluate(w, findings.DefaultFilters(nil))
 	return found, skipped, nil
+}
+
+// explain gives the vitals missing from a range (vital → why) the
+// caller's reasons where it has one (no hardware PMU for l2).
+func (o Options) explain(missing map[string]string) {
+	for v, reason := range o.Unavailable {
+		if _, ok := missing[v]; ok {
+			missing[v] = reason
+		}
+	}
 }
 
 // intervalWidth is the length of an interval at a timescale: a rollup's
