@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 )
@@ -71,5 +72,37 @@ func TestCommitWhoseCheckpointFails(t *testing.T) {
 	}
 	if faults == 0 {
 		t.Fatal("no COMMIT failed with its epoch stored: the fault this test is about did not happen")
+	}
+}
+
+// TestOutOfMemoryMayBeGivenAgain: a write that DuckDB's memory limit
+// refuses is no fault of the storage and loses nothing: the error says it
+// may be given again (ErrUnavailable, so the recorder holds the epoch
+// rather than drop it), the store stays open, and a write that fits goes
+// through.
+func TestOutOfMemoryMayBeGivenAgain(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), &Options{memoryLimit: "16MB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := testEpoch(1)
+	for i := range 400_000 {
+		big.Samples = append(big.Samples, Sample{Vital: "cpu", Comm: fmt.Sprintf("c%d", i), Exe: fmt.Sprintf("/x/%d", i), Pid: uint32(i)})
+	}
+	err = s.WriteEpoch(ctx, big)
+	t.Logf("an epoch of 400 000 samples under a 16 MB limit: %v", err)
+	if err == nil {
+		t.Skip("DuckDB took the epoch within 16 MB: no out-of-memory to test")
+	}
+	if !outOfMemory(err) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("out of memory: %v; want an ErrUnavailable out-of-memory error", err)
+	}
+	if h := s.Health(); h.Fault != "" {
+		t.Errorf("an out-of-memory started a storage fault: %+v", h)
+	}
+	if err := s.WriteEpoch(ctx, testEpoch(2)); err != nil {
+		t.Errorf("a small epoch after the out-of-memory: %v", err)
 	}
 }

@@ -355,6 +355,12 @@ func (s *Store) wrote(err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) {
 		return err
 	}
+	if outOfMemory(err) {
+		// DuckDB's memory limit, reached while queries hold much of it:
+		// the transaction is rolled back and the write may be given
+		// again (the recorder holds the epoch), no fault of the storage.
+		return fmt.Errorf("%w: out of memory: %w", ErrUnavailable, err)
+	}
 	if kind := storageFault(err); kind != "" {
 		s.fault(kind, err)
 	} else if s.failing() == nil {
@@ -481,6 +487,13 @@ func (s *Store) refault(kind string) {
 	if s.health.h.Fault != "deleted" {
 		s.health.h.Fault = kind
 	}
+}
+
+// outOfMemory tells DuckDB's "could not allocate" and "Out of Memory"
+// errors, which its appender also returns as plain text.
+func outOfMemory(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "could not allocate block") || strings.Contains(msg, "Out of Memory Error")
 }
 
 // storageFault says what kind of storage failure err is, or "" when it is

@@ -97,7 +97,7 @@ func (s *Store) ExportParquet(ctx context.Context, query string) (path string, r
 		}
 	}()
 	var res driver.Rows
-	atQueryPriority(func() { res, err = conn.QueryContext(ctx, copyText, nil) })
+	s.atQueryPriority(func() { res, err = conn.QueryContext(ctx, copyText, nil) })
 	if err != nil {
 		return "", 0, s.exportFailed(ctx, fmt.Errorf("export: %w", err))
 	}

@@ -174,7 +174,7 @@ func (r *Rows) start(s *Store, query string, args []any) error {
 	// The connection's QueryContext, not the statement's: it gives ctx
 	// to budgetFunction.
 	var rows driver.Rows
-	atQueryPriority(func() { rows, err = conn.QueryContext(ctx, p.run, named) })
+	s.atQueryPriority(func() { rows, err = conn.QueryContext(ctx, p.run, named) })
 	if err != nil {
 		return r.failed(fmt.Errorf("query: %w", err))
 	}
@@ -259,8 +259,15 @@ const queryNice = 10
 
 // atQueryPriority runs fn on an OS thread of its own at queryNice. The
 // thread ends with fn (its goroutine exits locked to it), so the lower
-// priority stays with it: raising it back would need CAP_SYS_NICE.
-func atQueryPriority(fn func()) {
+// priority stays with it: raising it back would need CAP_SYS_NICE. A store
+// opened read-only (a command reading a recording no recorder holds)
+// commits nothing its queries could hold up: fn runs at the caller's
+// priority, as the user asked for it.
+func (s *Store) atQueryPriority(fn func()) {
+	if s.readOnly {
+		fn()
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()

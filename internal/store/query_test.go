@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // endless is a query that would run for hours.
@@ -210,5 +212,71 @@ func TestCloseStopsQueries(t *testing.T) {
 	}
 	if _, err := s.Query(context.Background(), `SELECT 1`); !errors.Is(err, ErrClosed) {
 		t.Errorf("a query after Close: %v", err)
+	}
+}
+
+// TestReadOnlyQueriesRunAtTheCallersPriority: the recorder's store runs
+// its queries on threads at queryNice, below its commits; a store opened
+// read-only, which commits nothing, runs them at the caller's priority.
+func TestReadOnlyQueriesRunAtTheCallersPriority(t *testing.T) {
+	// getpriority(2) gives 20 - nice.
+	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err != nil || 20-prio >= queryNice {
+		t.Skipf("the test runs at nice %d (%v): its queries' threads could not be told from the caller's", 20-prio, err)
+	}
+	dir := t.TempDir()
+	w, err := Open(dir, &Options{QueryTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// nicedThreads are this process's threads at queryNice.
+	nicedThreads := func() map[string]bool {
+		out := map[string]bool{}
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			stat, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// Fields after the command's parenthesis, from the third
+			// (state); the nice value is the nineteenth.
+			fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+			if len(fields) > 16 && fields[16] == strconv.Itoa(queryNice) {
+				out[task.Name()] = true
+			}
+		}
+		return out
+	}
+	// niced says whether a thread of this process not at queryNice before
+	// is at queryNice while an endless query runs on st.
+	niced := func(st *Store) bool {
+		t.Helper()
+		before := nicedThreads()
+		done := make(chan error, 1)
+		go func() { _, err := st.Query(context.Background(), endless); done <- err }()
+		defer func() {
+			if err := <-done; !errors.Is(err, ErrQueryTimeout) {
+				t.Errorf("the endless query: %v, want its time limit", err)
+			}
+		}()
+		for began := time.Now(); time.Since(began) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
+			for tid := range nicedThreads() {
+				if !before[tid] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if !niced(w) {
+		t.Error("no thread at queryNice while the writable store ran a query")
+	}
+	w.Close()
+	r, err := Open(dir, &Options{ReadOnly: true, QueryTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if niced(r) {
+		t.Error("a thread at queryNice while the read-only store ran a query")
 	}
 }

@@ -473,6 +473,26 @@ func (s *Store) NextEpoch(ctx context.Context, host string) (int64, error) {
 	return last.Int64 + 1, nil
 }
 
+func bankKey(host string) string { return "storage_bank " + host }
+
+// StorageBank is what host's recorder had left of its storage budget
+// (bytes) when it closed its last committed epoch, and when that was;
+// ok is false when no epoch carried one.
+func (s *Store) StorageBank(ctx context.Context, host string) (bytes int64, at time.Time, ok bool, err error) {
+	var v sql.NullString
+	if err := s.db.QueryRowContext(ctx, `SELECT max(value) FROM meta WHERE key = ?`, bankKey(host)).Scan(&v); err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("storage bank: %w", err)
+	}
+	var endNs int64
+	if !v.Valid {
+		return 0, time.Time{}, false, nil
+	}
+	if _, err := fmt.Sscanf(v.String, "%d %d", &bytes, &endNs); err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("storage bank %q in meta: %w", v.String, err)
+	}
+	return bytes, time.Unix(0, endNs), true, nil
+}
+
 // Epoch is everything one epoch adds to the store.
 type Epoch struct {
 	Host          string
@@ -485,6 +505,11 @@ type Epoch struct {
 	Samples       []Sample
 	Stacks        []Stack
 	Executables   []Executable
+	// StorageBank is what the recorder's storage budget had left when the
+	// epoch closed (bytes), kept with the epoch so that a recorder
+	// started again goes on from it rather than from a full bank; nil
+	// when the recorder has no budget.
+	StorageBank *int64
 }
 
 // Vital is one vital sign's summary for one epoch.
@@ -669,6 +694,12 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 	if _, err := conn.ExecContext(ctx, `INSERT INTO epochs VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.Host, e.Epoch, e.StartNs, e.EndNs, int64(len(e.Samples)), lost, e.MonitorBPFNs, e.MonitorUserNs); err != nil {
 		return nil, nil, fmt.Errorf("write epoch %d: %w", e.Epoch, err)
+	}
+	if e.StorageBank != nil {
+		if _, err := conn.ExecContext(ctx, `INSERT OR REPLACE INTO meta VALUES (?, ?)`,
+			bankKey(e.Host), fmt.Sprintf("%d %d", *e.StorageBank, e.EndNs)); err != nil {
+			return nil, nil, fmt.Errorf("write epoch %d: storage bank: %w", e.Epoch, err)
+		}
 	}
 	for _, x := range e.Executables {
 		if _, ok := s.knownExes[x.Path]; ok {
