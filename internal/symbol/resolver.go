@@ -399,6 +399,7 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 	if !m.isFile() {
 		return f
 	}
+	f.Offset = addr - m.start + m.off // the file's, until a symbol is found
 	var obj *elfObject
 	if m.loaded && m.key != "" {
 		obj = r.cachedObject(m.key)

@@ -583,6 +583,16 @@ func fixtureMapping(t *testing.T, bin, sym string, base uint64, inode uint64, su
 	return "", 0
 }
 
+// fileOffset is addr's offset in the file of a maps line.
+func fileOffset(t *testing.T, line string, addr uint64) uint64 {
+	t.Helper()
+	var start, end, off uint64
+	if _, err := fmt.Sscanf(line, "%x-%x r-xp %x", &start, &end, &off); err != nil {
+		t.Fatalf("maps line %q: %v", line, err)
+	}
+	return addr - start + off
+}
+
 func TestResolveFixture(t *testing.T) {
 	bin := buildC(t, "nopie", "-fno-pie", "-no-pie")
 	fi, err := os.Stat(bin)
@@ -630,8 +640,9 @@ func TestResolveFixture(t *testing.T) {
 		{Addr: 0x7ffd0010, Module: "[vdso]"},
 		{Addr: 0x7ffe0008, Module: "[stack]"},
 		{Addr: unmapped},
-		{Addr: addrWrongIno, Module: bin}, // the file at the path is not the mapped one
-		{Addr: addrDeleted, Module: bin},  // deleted and no map_files to reach it
+		// Without a symbol, a file's frame has its offset in the file.
+		{Addr: addrWrongIno, Module: bin, Offset: fileOffset(t, wrongIno, addrWrongIno)}, // the file at the path is not the mapped one
+		{Addr: addrDeleted, Module: bin, Offset: fileOffset(t, deleted, addrDeleted)},    // deleted and no map_files to reach it
 		{Addr: addrContainer + 2, Func: sym, Offset: 2, Module: inRoot},
 	}
 	checkFrames(t, "initial", r.Resolve(fp.pid, addrs), want)
