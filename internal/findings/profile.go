@@ -87,8 +87,9 @@ func (w *Window) Profiles(i int) []*Profile {
 		}
 		return p
 	}
-	for _, g := range w.Groups {
-		if g.Interval != i || !w.IncludeSelf && IsMonitor(g.Comm, g.Exe) {
+	for _, k := range w.groupsIn(i) {
+		g := w.Groups[k]
+		if !w.IncludeSelf && IsMonitor(g.Comm, g.Exe) {
 			continue
 		}
 		p := get(g)
@@ -206,16 +207,24 @@ func (p *Profile) Concentration(n int) float64 {
 func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vitals ...string) *Culprit {
 	weight := map[stackPair]float64{}
 	var comm, exe string
+	var latest int64
 	want := map[string]bool{}
 	for _, v := range vitals {
 		want[v] = true
 	}
 	cpuFns := map[string]float64{}
-	for _, g := range w.Groups {
-		if g.Pid != pid || g.Interval < first || g.Interval > last {
+	var mine []int
+	for i := first; i <= last; i++ {
+		mine = append(mine, w.groupsIn(i)...)
+	}
+	for _, k := range mine {
+		g := w.Groups[k]
+		if g.Pid != pid {
 			continue
 		}
-		comm, exe = g.Comm, g.Exe
+		if g.LastNs >= latest {
+			comm, exe, latest = g.Comm, g.Exe, g.LastNs // its name when last seen
+		}
 		if g.Vital == "cpu" && !g.InKernel {
 			if f := OwnFunction(w.Stacks.Get(g.UStack), g.Exe); f != "" {
 				cpuFns[f] += g.Weight

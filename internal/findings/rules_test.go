@@ -79,6 +79,7 @@ func add(w *Window, first, last int, g Group) {
 		w.Groups = append(w.Groups, g)
 		g.FirstNs, g.LastNs = 0, 0
 	}
+	w.nameByLatest()
 	w.sumProcs()
 	w.profiles = nil
 }
@@ -186,6 +187,9 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			add(w, 2, 3, Group{Vital: "cpu", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Weight: 0.9e6, Events: 90, Samples: 9})
 			add(w, 2, 3, Group{Vital: "sched", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", UStack: stackSpin, Preempted: true, Weight: 0.1e6, Events: 90, Samples: 9, Threads: 1})
 			add(w, 2, 3, Group{Vital: "syscall", Pid: 60, Comm: "spinner", Exe: "/bin/spinner", Syscall: 228, Weight: 10, Events: 10, Samples: 2})
+			// Its first page faults, before it exec'd, under its parent's
+			// name (groups come in no order).
+			add(w, 2, 2, Group{Vital: "umem", Pid: 60, Comm: "launcher", Exe: "/bin/launcher", FirstNs: 2e9, LastNs: 2e9 + 1000, Weight: 10, Events: 10, Samples: 1})
 			// A compiler as busy, over twenty functions: work, not a loop.
 			for k := 0; k < 20; k++ {
 				add(w, 2, 3, Group{Vital: "cpu", Pid: 61, Comm: "cc", Exe: "/bin/cc", UStack: uint64(100 + k), Weight: 0.05e6, Events: 5, Samples: 2})
@@ -267,6 +271,10 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			}
 			if math.Abs(f.Severity-c.severity) > 0.02 || f.Resource == "" {
 				t.Errorf("severity %.3f (resource %q), want %.2f", f.Severity, f.Resource, c.severity)
+			}
+			if c := f.Culprit; c != nil && strings.HasPrefix(f.Subject, fmt.Sprintf("pid %d ", c.Pid)) &&
+				!strings.HasPrefix(f.Subject, fmt.Sprintf("pid %d (%s)", c.Pid, c.Comm)) {
+				t.Errorf("culprit %+v is not the subject %q", f.Culprit, f.Subject)
 			}
 			if c.function != "" && (f.Culprit == nil || f.Culprit.Function != c.function) {
 				t.Errorf("culprit %+v, want function %s", f.Culprit, c.function)

@@ -104,10 +104,12 @@ func (c *Stacks) fetch(ctx context.Context, q Querier, ids []uint64) error {
 	c.mu.Unlock()
 	for len(missing) > 0 {
 		// The ids as a list joined to the table: a long IN list is
-		// compared id by id.
+		// compared id by id. The list is one string split by the query:
+		// a list literal of thousands of numbers costs more to parse
+		// (and check, through a recorder's API) than the join to run.
 		n := min(len(missing), 20000)
 		res, err := q.Query(ctx, `SELECT stack_id, kind, frames, modules FROM stacks
-			WHERE stack_id IN (SELECT unnest(CAST([`+strings.Join(missing[:n], ", ")+`] AS UBIGINT[])))`)
+			WHERE stack_id IN (SELECT unnest(CAST(string_split('`+strings.Join(missing[:n], ",")+`', ',') AS UBIGINT[])))`)
 		if err != nil {
 			return fmt.Errorf("load stacks: %w", err)
 		}
@@ -273,7 +275,7 @@ func (w *Window) loadGroups(ctx context.Context, q Querier, index map[int64]int,
 			QUALIFY row_number() OVER (PARTITION BY b, vital ORDER BY w DESC, pid) <= 10 OR w >= 0.01 * sum(w) OVER (PARTITION BY b, vital)),
 		g AS (SELECT r.*, big.pid IS NOT NULL AS heavy, coalesce(r.vital = 'syscall' AND r.ret < 0, false) AS failed
 			FROM r LEFT JOIN big ON big.b = r.b AND big.vital = r.vital AND big.pid = r.pid),
-		g1 AS (SELECT b, vital, pid, any_value(comm) AS comm, any_value(exe) AS exe,
+		g1 AS (SELECT b, vital, pid, arg_max(comm, ts_ns) AS comm, arg_max(exe, ts_ns) AS exe,
 			CASE WHEN heavy OR vital IN ('blck', 'kmem') THEN coalesce(kstack_id, 0) ELSE 0 END AS k,
 			CASE WHEN heavy THEN coalesce(ustack_id, 0) ELSE 0 END AS u,
 			coalesce(in_kernel, false) AS ik, coalesce(preempted, false) AS pre, failed,
@@ -282,7 +284,7 @@ func (w *Window) loadGroups(ctx context.Context, q Querier, index map[int64]int,
 			min(ts_ns) AS t0, max(ts_ns) AS t1
 			FROM g GROUP BY b, vital, pid, k, u, ik, pre, failed, nr, tp),
 		g2 AS (SELECT *, CASE WHEN row_number() OVER (PARTITION BY b, vital, pid ORDER BY dw DESC, u) > 20 THEN 0 ELSE u END AS u2 FROM g1)
-		SELECT b, vital, pid, any_value(comm), any_value(exe), k, u2, ik, pre, failed, nr, tp,
+		SELECT b, vital, pid, arg_max(comm, t1), arg_max(exe, t1), k, u2, ik, pre, failed, nr, tp,
 			sum(dw), sum(de), sum(n), max(th), coalesce(-min(mret), 0), min(t0), max(t1)
 		FROM g2 GROUP BY b, vital, pid, k, u2, ik, pre, failed, nr, tp`)
 	if err != nil {
@@ -310,7 +312,32 @@ func (w *Window) loadGroups(ctx context.Context, q Querier, index map[int64]int,
 		w.Groups = append(w.Groups, g)
 		ids = append(ids, g.KStack, g.UStack)
 	}
+	w.nameByLatest()
 	return ids, nil
+}
+
+// nameByLatest gives each process's groups in an interval the name its
+// latest sample there had: a process sampled between fork and exec has
+// its parent's name in its first samples, and a finding names it by what
+// it became (groups come in no order, so "the last group's name" would be
+// either).
+func (w *Window) nameByLatest() {
+	type key struct {
+		i   int
+		pid uint32
+	}
+	latest := map[key]int{}
+	for k, g := range w.Groups {
+		at := key{g.Interval, g.Pid}
+		if j, ok := latest[at]; !ok || g.LastNs > w.Groups[j].LastNs {
+			latest[at] = k
+		}
+	}
+	for k := range w.Groups {
+		g := &w.Groups[k]
+		l := w.Groups[latest[key{g.Interval, g.Pid}]]
+		g.Comm, g.Exe = l.Comm, l.Exe
+	}
 }
 
 // sumProcs derives Procs, the per-process totals of each vital, and the

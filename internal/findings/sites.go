@@ -3,6 +3,8 @@ package findings
 import (
 	"path/filepath"
 	"strings"
+
+	"github.com/holter-dev/holter/internal/symbol"
 )
 
 // Wait is what a blocked thread waited for, read from where it slept: its
@@ -202,7 +204,7 @@ func OwnFunction(st *Stack, exe string) string {
 	if st == nil {
 		return ""
 	}
-	named := func(f string) bool { return f != "" && !strings.HasPrefix(f, "0x") && f != "[unknown]" }
+	named := symbol.Named
 	base := filepath.Base(exe)
 	for i, f := range st.Frames {
 		if i < len(st.Modules) && exe != "" && (st.Modules[i] == exe || filepath.Base(st.Modules[i]) == base) && named(f) {

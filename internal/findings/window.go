@@ -97,6 +97,53 @@ type Window struct {
 	IncludeSelf bool
 
 	profiles map[int][]*Profile
+	// groupsAt and procsAt index Groups and Procs by interval (see
+	// byInterval).
+	groupsAt, procsAt intervalIndex
+}
+
+// intervalIndex lists the positions of a window's groups or process stats
+// in each interval, in their order. Rules ask for one interval's at a
+// time, interval after interval: a scan of the whole window for each
+// would make a report's cost grow with the square of its length.
+type intervalIndex struct {
+	of [][]int
+	// n is the length of the slice indexed: one that grew since is
+	// indexed again.
+	n int
+}
+
+// byInterval is the index of n items of a window of intervals, item k
+// being in interval interval(k).
+func (x *intervalIndex) byInterval(n, intervals int, interval func(int) int) *intervalIndex {
+	if x.of != nil && x.n == n && len(x.of) == intervals {
+		return x
+	}
+	x.of, x.n = make([][]int, intervals), n
+	for k := range n {
+		if i := interval(k); i >= 0 && i < intervals {
+			x.of[i] = append(x.of[i], k)
+		}
+	}
+	return x
+}
+
+// in is the positions of interval i's items.
+func (x *intervalIndex) in(i int) []int {
+	if i < 0 || i >= len(x.of) {
+		return nil
+	}
+	return x.of[i]
+}
+
+// groupsIn is the positions in w.Groups of interval i's groups.
+func (w *Window) groupsIn(i int) []int {
+	return w.groupsAt.byInterval(len(w.Groups), len(w.Intervals), func(k int) int { return w.Groups[k].Interval }).in(i)
+}
+
+// procsIn is the positions in w.Procs of interval i's process stats.
+func (w *Window) procsIn(i int) []int {
+	return w.procsAt.byInterval(len(w.Procs), len(w.Intervals), func(k int) int { return w.Procs[k].Interval }).in(i)
 }
 
 // IORequest is a sampled block request.
@@ -250,7 +297,9 @@ func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
 	w.ReportFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].EndNs > o.ReportFrom.UnixNano() })
 	w.SampledFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].StartNs >= o.SamplesFrom.UnixNano() })
 	w.KernelCPU, w.FreeKB = nans(n), nans(n)
-	if w.SampledFrom < n {
+	// A window of history alone (a report's stretch after the last
+	// committed epoch) has no finding to report: its samples are not read.
+	if w.SampledFrom < n && w.ReportFrom < n {
 		if err := w.loadSamples(ctx, q, index, width, max(from, w.Intervals[w.SampledFrom].StartNs), to); err != nil {
 			return nil, err
 		}
@@ -350,8 +399,8 @@ func (w *Window) CPUUtil(i int) float64 {
 
 // Proc returns a process's stat for a vital in interval i (zero if none).
 func (w *Window) Proc(i int, vital string, pid uint32) ProcStat {
-	for _, p := range w.Procs {
-		if p.Interval == i && p.Vital == vital && p.Pid == pid {
+	for _, k := range w.procsIn(i) {
+		if p := w.Procs[k]; p.Vital == vital && p.Pid == pid {
 			return p
 		}
 	}
@@ -362,8 +411,8 @@ func (w *Window) Proc(i int, vital string, pid uint32) ProcStat {
 // without the monitor's own (unless w.IncludeSelf).
 func (w *Window) ProcsOf(i int, vital string) []ProcStat {
 	var out []ProcStat
-	for _, p := range w.Procs {
-		if p.Interval == i && p.Vital == vital && (w.IncludeSelf || !IsMonitor(p.Comm, p.Exe)) {
+	for _, k := range w.procsIn(i) {
+		if p := w.Procs[k]; p.Vital == vital && (w.IncludeSelf || !IsMonitor(p.Comm, p.Exe)) {
 			out = append(out, p)
 		}
 	}

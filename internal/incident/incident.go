@@ -276,12 +276,19 @@ func stronger(a, b findings.Finding) bool {
 }
 
 func sortIncidents(out []*Incident) {
+	// A total order, so that a report ranks the same data the same way
+	// whatever order its incidents were gathered in (a map's): severity
+	// first; between equal severities the same rule's stronger finding,
+	// then the earlier, then by name.
 	sort.SliceStable(out, func(a, b int) bool {
 		x, y := out[a], out[b]
 		if x.Severity != y.Severity {
 			return x.Severity > y.Severity
 		}
-		if sx, sy := x.Findings[0].Score, y.Findings[0].Score; sx != sy && x.Findings[0].Rule == y.Findings[0].Rule {
+		if rx, ry := x.Findings[0].Rule, y.Findings[0].Rule; rx != ry {
+			return rx < ry
+		}
+		if sx, sy := x.Findings[0].Score, y.Findings[0].Score; sx != sy {
 			return sx > sy
 		}
 		if x.StartNs != y.StartNs {
@@ -290,7 +297,10 @@ func sortIncidents(out []*Incident) {
 		if x.EndNs != y.EndNs {
 			return x.EndNs < y.EndNs
 		}
-		return x.Rules[0] < y.Rules[0]
+		if x.Rules[0] != y.Rules[0] {
+			return x.Rules[0] < y.Rules[0]
+		}
+		return x.Summary < y.Summary
 	})
 }
 

@@ -1,6 +1,7 @@
 package incident
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -116,6 +117,38 @@ func TestSubtract(t *testing.T) {
 	for _, c := range cases {
 		if got := subtract(r, c.cut); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("subtract %v: %v, want %v", c.cut, got, c.want)
+		}
+	}
+}
+
+// TestRankIsATotalOrder: incidents of equal severity, some of one rule and
+// some of others, rank the same whatever order they come in (they come
+// from a map). The order once compared scores only within a rule, which
+// is not transitive, and ranks changed from one run to the next on the
+// same data.
+func TestRankIsATotalOrder(t *testing.T) {
+	mk := func(rule string, score float64, start int64, summary string) *Incident {
+		return &Incident{Severity: 0.5, StartNs: start, EndNs: start + 10, Rules: []string{rule}, Summary: summary,
+			Findings: []findings.Finding{{Rule: rule, Score: score}}}
+	}
+	base := []*Incident{
+		mk("rule5-blocking", 3, 20, "a"), mk("rule2-cpu", 9, 30, "b"), mk("rule5-blocking", 7, 10, "c"),
+		mk("rule2-cpu", 1, 5, "d"), mk("ewma-syscall", 4, 1, "e"), mk("rule5-blocking", 7, 10, "f"),
+	}
+	var want []string
+	for seed := range 50 {
+		in := append([]*Incident(nil), base...)
+		rng := rand.New(rand.NewPCG(uint64(seed), 1))
+		rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+		sortIncidents(in)
+		var got []string
+		for _, x := range in {
+			got = append(got, x.Summary)
+		}
+		if want == nil {
+			want = got
+		} else if !reflect.DeepEqual(got, want) {
+			t.Fatalf("order %v from one shuffle, %v from another", got, want)
 		}
 	}
 }

@@ -75,6 +75,11 @@ type Online struct {
 	lastDrift    int64              // end of the last drift check's target
 	targetEpochs int                // epochs since then
 	previous     []checked          // the last OnlineReferenceSpans targets, oldest first
+	// retried is the first epoch of the last run whose epochs could not
+	// be loaded and were put back to be judged with the next ones, and
+	// retriedN how many they were.
+	retried  int64
+	retriedN int
 }
 
 // checked is a drift check's target, its number of epochs and its metrics.
@@ -89,7 +94,7 @@ type checked struct {
 // for the vitals it cannot record (by vital name), logf its log.
 func NewOnline(st *store.Store, epoch time.Duration, unavailable func() map[string]string, logf func(string, ...any)) *Online {
 	o := &Online{st: st, epoch: epoch, unavailable: unavailable, logf: logf, every: max(1, int(OnlineEvery/epoch)),
-		stacks: findings.NewStacks(), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		stacks: findings.NewStacks(), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), retried: -1}
 	go o.run()
 	return o
 }
@@ -157,16 +162,31 @@ func (o *Online) run() {
 	}
 }
 
-// analyse judges the epochs es, committed since the last run.
+// analyse judges the epochs es, committed since the last run. Epochs that
+// could not be loaded (the store short of memory or of query slots for a
+// moment, on a busy host) are put back, once, to be judged with the next
+// ones: a range left unanalysed is evaluated again by every report over
+// it. If they fail again they are left out, and the epochs that came
+// after them are put back to be judged on their own.
 func (o *Online) analyse(es []*store.Epoch) {
 	ctx := context.Background()
+	rows, err := o.filters(ctx, es)
+	switch {
+	case err != nil && o.retried != es[0].Epoch:
+		o.retried, o.retriedN = es[0].Epoch, len(es)
+		o.putBack(es)
+		o.logf("findings after epoch %d: %v (judged again with the next epochs)", es[len(es)-1].Epoch, err)
+		return
+	case err != nil && o.retriedN < len(es):
+		o.putBack(es[o.retriedN:])
+		es = es[:o.retriedN]
+	}
 	last := es[len(es)-1]
 	fromNs, toNs := es[0].StartNs, last.EndNs
 	if o.lastDrift == 0 {
 		o.lastDrift = fromNs
 	}
 	o.targetEpochs += len(es)
-	rows, err := o.filters(ctx, es)
 	if err == nil {
 		var drift *findings.Finding
 		if drift, err = o.drift(ctx, last); drift != nil {
@@ -179,6 +199,13 @@ func (o *Online) analyse(es []*store.Epoch) {
 	if err != nil && !errors.Is(err, store.ErrUnavailable) { // a storage fault is the store's to report
 		o.logf("findings after epoch %d: %v", last.Epoch, err)
 	}
+}
+
+// putBack puts epochs back before the pending ones, to be judged next.
+func (o *Online) putBack(es []*store.Epoch) {
+	o.mu.Lock()
+	o.pending = append(slices.Clone(es), o.pending...)
+	o.mu.Unlock()
 }
 
 // filters loads each new epoch's window, joins them to the kept ones
