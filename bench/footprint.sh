@@ -10,7 +10,8 @@
 # after the recorder's closing checkpoint, beyond an empty store's,
 # extrapolated; a block is 256 KiB, so a short run resolves a quiet host's
 # growth coarsely: the precision is printed), the stored bytes per sample,
-# the recorder's RSS (VmRSS sampled every 5 s: mean over the second half of
+# the samples stored an epoch once the storage budget's bank is spent and
+# what a day of them costs, the recorder's RSS (VmRSS sampled every 5 s: mean over the second half of
 # the run, and the last; VmHWM, the peak), its CPU (utime+stime per wall
 # second as % of the whole machine, over the run and after the first
 # epoch), its garbage collections (GODEBUG=gctrace=1: count, per minute,
@@ -72,6 +73,7 @@ for sc in $SCENARIOS; do
 	done
 	c2=$(cpu_ticks "$rec")
 	t2=$(date +%s.%N)
+	spent=$("$work/holter" status --data "$data" --json 2>/dev/null | python3 -c 'import json, sys; s = json.load(sys.stdin); print(s.get("storage_spent_bytes", 0), s.get("storage_bank_bytes", 0))' || echo "0 0")
 	hwm=$(status_kb "$rec" VmHWM)
 	anon=$(status_kb "$rec" RssAnon) file=$(status_kb "$rec" RssFile)
 	stop_recorder
@@ -87,6 +89,17 @@ for sc in $SCENARIOS; do
 		d = 86400 / s
 		printf "store: %d bytes beyond an empty store (%d); %.1f MB/day (resolution %.1f MB/day); %d samples stored, %.1f bytes a sample\n",
 			u - b, b, (u - b) * d / 1e6, bs * d / 1e6, n, n ? (u - b) / n : 0 }'
+	# Steady: the samples an epoch stored over the second half of the run
+	# (the storage budget's bank is spent in the first epochs), at the
+	# bytes a sample this store measured, for a day of such epochs.
+	read -r steady elen < <(q "$data" "SELECT avg(n), avg(len) FROM (SELECT e.epoch, (e.end_ns - e.start_ns) / 1e9 AS len,
+			count(s.epoch) AS n FROM epochs e LEFT JOIN samples s USING (host, epoch) GROUP BY e.epoch, len
+			QUALIFY row_number() OVER (ORDER BY e.epoch DESC) <= (count(*) OVER ()) / 2)" | tr , ' ')
+	awk -v u="$u" -v b="$base" -v n="$stored" -v m="$steady" -v l="$elen" 'BEGIN {
+		if (n && l) printf "steady: %.0f samples stored an epoch in the second half; at %.1f bytes a sample, %.1f MB/day\n",
+			m, (u - b) / n, m * (u - b) / n * 86400 / l / 1e6 }'
+	read -r est bank <<<"$spent"
+	echo "storage budget: the recorder estimated $est bytes spent (the store grew $((u - base))), $bank left in its bank"
 	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" -v an="$anon" -v fi="$file" '{a[NR] = $1} END {
 		for (i = int(NR / 2) + 1; i <= NR; i++) { s += a[i]; k++ }
 		printf "RSS: steady %.1f MiB (mean of the second half), last %.1f MiB (anonymous %.1f, files %.1f), peak %.1f MiB\n",

@@ -8,13 +8,17 @@
 // culprit and how many ranked above it. At the end, per class: the ranks,
 // the share at rank 1 and the worst number of incidents above the
 // culprit, against the bar (every class in the top 3, 90% of incidents at
-// rank 1, at most one above the culprit).
+// rank 1, at most one above the culprit). Last, on the recording the
+// suite made, it times holter findings --since 1h (and -old's, against
+// it) through the live recorder and from the store once it has stopped.
 //
 //	sudo go run ./bench/incidents -runs 10
 //
 // It needs root (the recorder), gcc, python3 and curl. The recorder runs
 // with 5 s epochs and its CPU budget off: on a loaded host the budget sheds
-// vitals, which the suite would measure instead of the findings.
+// vitals, which the suite would measure instead of the findings. Its
+// storage budget is the default, scaled to the epochs: each keeps what a
+// default one-minute epoch would.
 package main
 
 import (
@@ -29,13 +33,16 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/planted"
+	"github.com/holter-dev/holter/internal/recorder"
 )
 
 func main() {
@@ -46,8 +53,9 @@ func main() {
 	keep := flag.String("keep", "", "copy the recording and logs to this directory at the end")
 	holter := flag.String("holter", "", "holter binary (default: build this tree's)")
 	old := flag.String("old", "", "another holter binary (say, main's) whose findings --since 1h is timed against this one's at the end")
+	rounds := flag.Int("findings-rounds", 5, "times each binary's findings --since 1h is timed at the end, through the recorder and from the store")
 	flag.Parse()
-	if err := run(*runs, *seed, *epoch, *only, *keep, *holter, *old); err != nil {
+	if err := run(*runs, *seed, *epoch, *only, *keep, *holter, *old, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "incidents:", err)
 		os.Exit(1)
 	}
@@ -64,7 +72,7 @@ type result struct {
 	top      string
 }
 
-func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldBin string) error {
+func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldBin string, findingsRounds int) error {
 	if os.Geteuid() != 0 {
 		return errors.New("run as root: the recorder attaches BPF programs")
 	}
@@ -99,7 +107,12 @@ func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldB
 	defer stop()
 
 	data := filepath.Join(work, "data")
-	rec := exec.Command(holterBin, "record", "--data", data, "--epoch", epoch.String(), "--api", "127.0.0.1:0", "--budget", "off")
+	// The storage budget is the default's for 1-minute epochs, scaled to
+	// these: an epoch may keep the samples a default one-minute epoch
+	// keeps, not a twelfth of them.
+	storage := int64(float64(recorder.DefaultStorageBudget) * float64(time.Minute) / float64(epoch))
+	rec := exec.Command(holterBin, "record", "--data", data, "--epoch", epoch.String(), "--api", "127.0.0.1:0", "--budget", "off",
+		"--storage-budget", fmt.Sprint(storage))
 	recLog, err := os.Create(filepath.Join(work, "record.log"))
 	if err != nil {
 		return err
@@ -109,7 +122,8 @@ func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldB
 	if err := rec.Start(); err != nil {
 		return err
 	}
-	defer func() { rec.Process.Signal(os.Interrupt); rec.Wait() }()
+	stopRecorder := sync.OnceFunc(func() { rec.Process.Signal(os.Interrupt); rec.Wait() })
+	defer stopRecorder()
 	bg, err := planted.Background(work)
 	if err != nil {
 		return err
@@ -125,19 +139,14 @@ func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldB
 	var results []result
 	defer func() {
 		// The recording is now a busy host's: how long the last hour's
-		// findings take to report, through the recorder's API.
-		for _, b := range []string{holterBin, oldBin} {
-			if b == "" || ctx.Err() != nil {
-				continue
-			}
-			began := time.Now()
-			out, err := exec.CommandContext(ctx, b, "findings", "--data", data, "--since", "1h", "--json").CombinedOutput()
-			if err != nil {
-				fmt.Printf("%s findings --since 1h: %v\n%.500s\n", b, err, out)
-				continue
-			}
-			fmt.Printf("%s findings --since 1h: %s (%d bytes of JSON)\n", b, time.Since(began).Round(10*time.Millisecond), len(out))
+		// findings take to report through the recorder's API, and from
+		// the store once the recorder has stopped.
+		if ctx.Err() != nil {
+			return
 		}
+		timeFindings(ctx, findingsRounds, data, "through the recorder", holterBin, oldBin)
+		stopRecorder()
+		timeFindings(ctx, findingsRounds, data, "from the store", holterBin, oldBin)
 	}()
 	for r := 1; r <= runs; r++ {
 		order := append([]planted.Class(nil), classes...)
@@ -157,6 +166,38 @@ func run(runs int, seed uint64, epoch time.Duration, only, keep, holterBin, oldB
 		}
 	}
 	return report(results)
+}
+
+// timeFindings times holter findings --since 1h over the recording in
+// data, rounds times with each binary (the other one, if any, asked in
+// turn), and prints the median of each and their ratio.
+func timeFindings(ctx context.Context, rounds int, data, how, holterBin, oldBin string) {
+	bins := []string{holterBin}
+	if oldBin != "" {
+		bins = append(bins, oldBin)
+	}
+	took := make([][]time.Duration, len(bins))
+	for range rounds {
+		for k, b := range bins {
+			began := time.Now()
+			out, err := exec.CommandContext(ctx, b, "findings", "--data", data, "--since", "1h", "--json").CombinedOutput()
+			if err != nil {
+				fmt.Printf("%s findings --since 1h %s: %v\n%.500s\n", b, how, err, out)
+				return
+			}
+			took[k] = append(took[k], time.Since(began))
+		}
+	}
+	median := make([]time.Duration, len(bins))
+	for k, b := range bins {
+		slices.Sort(took[k])
+		median[k] = took[k][len(took[k])/2]
+		fmt.Printf("%s findings --since 1h %s: median %s of %d (%s to %s)\n", b, how, median[k].Round(time.Millisecond), len(took[k]),
+			took[k][0].Round(time.Millisecond), took[k][len(took[k])-1].Round(time.Millisecond))
+	}
+	if len(bins) == 2 {
+		fmt.Printf("findings --since 1h %s: the other binary takes %.1fx this one's time\n", how, float64(median[1])/float64(median[0]))
+	}
 }
 
 // plant runs one incident and ranks its culprit in holter's findings over

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,8 +34,16 @@ type recording struct {
 	done      chan struct{}
 }
 
+// It stores every sample (--storage-budget off) unless args say otherwise:
+// the tests that use it check what was recorded, with epochs of a second
+// or two that a day's budget would cut to a few samples each; the budget
+// has tests of its own (internal/recorder TestCap*, TestDayBudget*,
+// TestStorageBudgetAtDefaults).
 func startRecord(t *testing.T, bin string, args ...string) *recording {
 	t.Helper()
+	if !slices.Contains(args, "--storage-budget") {
+		args = append(args, "--storage-budget", "off")
+	}
 	return startRecordCmd(t, exec.Command(bin, append([]string{"record"}, args...)...))
 }
 
@@ -340,7 +349,7 @@ func TestRecordErrors(t *testing.T) {
 		{name: "unknown vital", args: []string{"record", "--vitals", "cpu,heart"}, code: 2, want: `unknown vital "heart"`},
 		{name: "bad threshold", args: []string{"record", "--threshold", "3"}, code: 2, want: "not a power of 2"},
 		{name: "short epoch", args: []string{"record", "--epoch", "100ms"}, code: 2, want: `--epoch: "100ms" is not a duration in [1s, 24h]`},
-		{name: "negative cap", args: []string{"record", "--max-samples", "-1"}, code: 2, want: `--max-samples: "-1" is not a whole number in [0, 16777216]`},
+		{name: "negative storage budget", args: []string{"record", "--storage-budget", "-1MB"}, code: 2, want: `--storage-budget: "-1MB" is not 0 (off) or a size in [1MiB, 1PiB]`},
 		{name: "bad retention", args: []string{"record", "--retain-raw", "a week"}, code: 2, want: "--retain-raw"},
 		{name: "bad size limit", args: []string{"record", "--retain-size", "lots"}, code: 2, want: `--retain-size: "lots" is not 0 (no bound) or a size in [1MiB, 1PiB]`},
 		{name: "unknown command", args: []string{"recrod"}, code: 2, want: `unknown command "recrod"`},

@@ -35,10 +35,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	budget := valueFlag(fs, "budget", "1%", "share of the machine the monitor may use; the threshold adapts to it (\"off\" to disable)", percentOrOff)
 	threshold := valueFlag(fs, "threshold", "0", "sampling threshold t, a power of 2 (0: 2^sketch.DefaultShift)", powerOfTwoIn(2, 1<<16))
 	cpuHz := valueFlag(fs, "cpu-hz", strconv.Itoa(recorder.DefaultCPUHz), "cpu vital sampling frequency per CPU", countIn(1, 10000))
-	// The cap is off by default: at recorder.DefaultMaxSamples the
-	// diagnoses lost the samples they rank by (README: What a day costs).
-	maxSamples := valueFlag(fs, "max-samples", "0",
-		"samples each vital may store per epoch, e.g. 40; over it the rarest labels' go first, counted as capped (0: no cap)", countIn(0, 1<<24))
+	storageBudget := valueFlag(fs, "storage-budget", formatSize(recorder.DefaultStorageBudget),
+		"bytes a day the samples and their stacks may take in the store (e.g. 10MB, 1GiB); over it half goes to labels' first samples and half to the heaviest labels' others, what is dropped counted as capped (\"off\": every sample)",
+		sizeOrOff(1<<20, 1<<50))
 	schedMin := valueFlag(fs, "sched-min", formatDuration(recorder.DefaultSchedMin), "scheduling delay that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
 	blckMin := valueFlag(fs, "blck-min", formatDuration(recorder.DefaultBlckMin), "blocking time that counts as an event", durationIn(time.Microsecond, time.Minute, ""))
 	sf := addServeFlags(fs, "address of the web UI and its API (empty: neither; the CLI uses the socket in --data)")
@@ -140,16 +139,18 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if srvOpts.Sockets, err = sf.sockets(*data); err != nil {
 		return err
 	}
-	if *maxSamples == 0 {
-		*maxSamples = -1 // the recorder's "no cap"
-	}
-	cfg := recorder.Config{Epoch: *epoch, Vitals: *vitals, Shift: shift, CPUHz: *cpuHz, Budget: *budget, MaxSamples: *maxSamples,
+	cfg := recorder.Config{Epoch: *epoch, Vitals: *vitals, Shift: shift, CPUHz: *cpuHz, Budget: *budget, StorageBudget: *storageBudget,
 		SchedMin: *schedMin, BlckMin: *blckMin, Logf: logf, Host: *hostName}
 	if cfg.Host == "" {
 		cfg.Host = hostname()
 	}
 	if cfg.FirstEpoch, err = st.NextEpoch(context.Background(), cfg.Host); err != nil {
 		return err
+	}
+	if bytes, at, ok, err := st.StorageBank(context.Background(), cfg.Host); err != nil {
+		return err
+	} else if ok {
+		cfg.StorageBank = &recorder.Bank{Bytes: bytes, At: at}
 	}
 	rec, err := recorder.New(cfg)
 	if err != nil {

@@ -69,6 +69,10 @@ func printStatus(w io.Writer, s *agentStatus) {
 	}
 	fmt.Fprintf(w, "current epoch %d, last committed %d, monitor CPU %.3f%% of the machine in the last epoch (%s)\n",
 		s.CurrentEpoch, s.LastCommitted, s.MonitorCPU, budget)
+	if s.StorageBudget > 0 {
+		fmt.Fprintf(w, "storage budget %s a day for samples and stacks: %s in the bank, %s spent since the start (CAPPED: the samples it did not keep)\n",
+			megabytes(s.StorageBudget), megabytes(s.StorageBank), megabytes(s.StorageSpent))
+	}
 	if h := s.Storage; h != nil && h.State != "ok" {
 		fmt.Fprintf(w, "STORAGE FAILING since %s (%s): %s\n", h.Since.Format("2006-01-02 15:04:05 UTC"), h.Fault, h.LastError)
 		fmt.Fprintf(w, "  %d epochs held in memory until the store takes them; OTLP exports are answered 503 and retried\n", s.HeldEpochs)
@@ -205,3 +209,6 @@ func runVitals(args []string, stdout, stderr io.Writer) error {
 	printStatus(stdout, st)
 	return nil
 }
+
+// megabytes writes n bytes in MB, to the kilobyte.
+func megabytes(n int64) string { return fmt.Sprintf("%.3f MB", float64(n)/1e6) }

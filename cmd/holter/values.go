@@ -137,6 +137,17 @@ func sizeIn(lo, hi int64, zero string) func(string) (int64, error) {
 	}
 }
 
+// sizeOrOff is sizeIn, with "off" (or 0) for no bound.
+func sizeOrOff(lo, hi int64) func(string) (int64, error) {
+	in := sizeIn(lo, hi, "off")
+	return func(s string) (int64, error) {
+		if s == "off" {
+			return 0, nil
+		}
+		return in(s)
+	}
+}
+
 // rateIn parses bytes per second in [lo, hi]: a size, optionally with /s.
 func rateIn(lo, hi int64) func(string) (int64, error) {
 	return func(s string) (int64, error) {

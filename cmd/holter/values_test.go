@@ -198,7 +198,7 @@ var flagCases = map[string]flagCase{
 	"slide":               {bad: map[string]string{"5ms": "0 (--interval) or a duration in [10ms, 24h]", "-1s": "a duration", "25h": "a duration in [10ms, 24h]"}},
 	"include-self":        booleanFlag,
 	"diff":                booleanFlag,
-	"max-samples":         {bad: map[string]string{"-1": "a whole number in [0, 16777216]", "x": "a whole number", "NaN": "a whole number"}},
+	"storage-budget":      {bad: map[string]string{"-1MB": "0 (off) or a size in [1MiB, 1PiB]", "1KB": "a size in [1MiB, 1PiB]", "NaN": "a size", "Off": "a size"}},
 	"memprofile":          {any: "a file to create; written after each commit"},
 	"perfetto":            {any: "a file to create"},
 	"out":                 {any: "a file to create (- for stdout)"},

@@ -3,6 +3,7 @@ package recorder
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -25,8 +26,10 @@ import (
 // not one storming), if it is one whose events can be that many (not cpu,
 // sched, blck or blio), has those that would not be sampled enter the
 // sketch 1 in 2, 4, … up to 1 in 2^maxThin (sketch_thinned in
-// bpf/sketch.h). Neither blinds the recorder: the first event of a label,
-// and each that crosses a power of t, is still sampled. Nothing is shed.
+// bpf/sketch.h); one with too few of either to cut has its threshold
+// raised all the same, so that a storm is throttled whatever its shape.
+// Neither blinds the recorder: the first event of a label, and each that
+// crosses a power of t, is still sampled. Nothing is shed.
 // Below half the budget for a second, each throttled vital comes back a
 // step.
 //
@@ -38,6 +41,11 @@ import (
 type budgetState struct {
 	shift [numVitals]uint // t = 1 << shift
 	thin  [numVitals]uint // 1 in 1 << thin of the sketch's non-crossing events; 0: all
+	// stored is the shift the storage budget's floor asks for (the
+	// floor the last epoch's cap reached, carried at half): the kernel
+	// then samples no finer than the store keeps. The threshold in force
+	// is the larger (threshold).
+	stored [numVitals]uint
 	// The runs, samples and sketched events of the epochs finished so far
 	// (added when their copy is read), and the totals at the last look.
 	done, seen [numVitals]counts
@@ -45,6 +53,10 @@ type budgetState struct {
 	last       time.Time
 	calm       int // looks in a row under half the budget
 }
+
+// threshold is the shift in force for v: the CPU budget's or the
+// storage budget's, the larger.
+func (b *budgetState) threshold(v Vital) uint { return max(b.shift[v], b.stored[v]) }
 
 // counts are what the budget reads of a vital's exact totals.
 type counts struct{ runs, samples, sketched uint64 }
@@ -187,7 +199,9 @@ func (r *Recorder) govern(now time.Time) {
 		r.cfg.Logf("budget: %s", c)
 	}
 	for v := range r.attached {
-		r.setVitalStatus(v, func(s *VitalStatus) { s.Threshold, s.Thin, s.Reason = 1<<b.shift[v], 1<<b.thin[v], r.throttleReason(v) })
+		r.setVitalStatus(v, func(s *VitalStatus) {
+			s.Threshold, s.Thin, s.Reason = 1<<b.threshold(v), 1<<b.thin[v], r.throttleReason(v)
+		})
 	}
 	r.writeControl()
 }
@@ -242,6 +256,13 @@ func (b *budgetState) throttle(v Vital, base uint, samples, sketched float64) bo
 		b.shift[v]++
 	case thinnable(v) && sketched >= minSketchRate && b.thin[v] < maxThin:
 		b.thin[v]++
+	case b.shift[v] < base+maxRaise:
+		// Neither cuts much: the cost is the programs' fixed path (a
+		// storm of one label gathers in its hot slot, past which little
+		// goes). Sampled more coarsely all the same, so that a storm is
+		// throttled whatever its shape at the look that sees it; a
+		// label's first event is sampled at any threshold.
+		b.shift[v]++
 	default:
 		return false
 	}
@@ -272,10 +293,15 @@ func (r *Recorder) throttleText(v Vital) string {
 
 // throttleReason is what the status says of v's throttling, "" when none.
 func (r *Recorder) throttleReason(v Vital) string {
-	if r.budget.thin[v] == 0 && r.budget.shift[v] <= r.cfg.Shift {
-		return ""
+	b := &r.budget
+	var why []string
+	if b.thin[v] != 0 || b.shift[v] > r.cfg.Shift {
+		why = append(why, "throttled by the CPU budget: "+r.throttleText(v))
 	}
-	return "throttled by the CPU budget: " + r.throttleText(v)
+	if b.stored[v] > max(b.shift[v], r.cfg.Shift) {
+		why = append(why, fmt.Sprintf("sampled at t=%d for the storage budget", 1<<b.stored[v]))
+	}
+	return strings.Join(why, "; ")
 }
 
 // activeCounts sums each attached vital's counts in the active copy over

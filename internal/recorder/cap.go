@@ -1,47 +1,89 @@
 package recorder
 
 import (
+	"math/rand/v2"
+	"time"
+
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// DefaultMaxSamples is a cap that keeps a churning host's day in some
-// 40 MB (the cap is off unless asked for: Config.MaxSamples).
-// Stored, a sample takes some 75 bytes and a new stack some 90
-// (bench/footprint.sh on hosts with churn): ten vitals at the cap for 1440
-// one-minute epochs a day is 43 MB of samples, and their new stacks, half
-// as many on those hosts, 26 MB more at most; not every vital is at the
-// cap, and stacks repeat over a day.
-const DefaultMaxSamples = 40
+// DefaultStorageBudget is the bytes a day the recorder's samples and their
+// new stacks may take in the store at defaults (`holter record
+// --storage-budget`), as the recorder estimates them (sampleRowBytes,
+// stackBytes: within some 20 % of what DuckDB stores for a day's worth;
+// more, per sample, for a few minutes' worth): with the rollups, vitals
+// and findings (some 2–3 MB a day) a day's store stays within 16 MB,
+// Chopstix's figure (seed 000, §5), on any host.
+const DefaultStorageBudget = 10_000_000
 
 // maxFloor is past every estimate the sketch gives (32-bit counters).
 const maxFloor = 1 << 32
 
-// sampleCap bounds the samples each vital keeps in one epoch. The sketch
+// sampleCap bounds the samples one epoch keeps, all vitals together, and
+// spends what it may keep on both ends of the sketch's promise. The sketch
 // samples a label when its estimated count crosses a power of the
-// threshold t, so a label that counted c events has a sample at each power
-// of t up to c, its first event included: under process churn every new
-// label costs a sample. Over the cap, a vital's samples are kept from a
-// floor up: only those taken when their label's estimate had reached the
-// floor, a power of two doubled until the epoch's samples fit, which is
-// the same logarithmic sampling started higher, so the labels that counted
-// most keep theirs. What falls below the floor is counted, never lost
-// silently; it is dropped before its stacks are symbolized, so the cap
-// also bounds the epoch's user-space work and memory. If the samples at
-// the highest floor are still too many, the epoch's later ones are
-// dropped and counted too.
+// threshold t, its first event included, so a label that counted c events
+// has a sample at each power of t up to c. Over the cap:
+//   - half of the samples go to labels' first samples of the epoch (the
+//     rare events the sketch exists for), the other half to the others
+//     (the heavy labels an incident is usually made of); a half the one
+//     kind does not use is the other's;
+//   - the firsts kept, when more come than their half, are a uniform
+//     sample of all the epoch's firsts (a reservoir), not the first to
+//     come;
+//   - the others are kept from a floor up: the vital that keeps the most
+//     is sampled more coarsely, only the samples taken when their label's
+//     estimate had reached its floor kept, a power of two doubled until
+//     the epoch fits — the logarithmic sampling started higher, so the
+//     labels that counted most keep theirs.
+//
+// What is dropped is counted per vital, never lost silently, and mostly
+// dropped before its stacks are symbolized, so the cap also bounds the
+// epoch's user-space work and memory.
 type sampleCap struct {
-	max     int // per vital and epoch; 0: no cap
+	max     int // samples the epoch may keep; negative: every one
 	floor   [numVitals]uint64
 	kept    [numVitals]int
+	firsts  [numVitals]int // kept samples that are their label's first this epoch
 	dropped [numVitals]uint64
+	labels  map[capLabel]struct{} // labels with a first sample kept this epoch
+	// first are the kept samples that are their label's first.
+	first map[sampleKey]struct{}
+	// offered counts the labels' first samples offered this epoch, kept
+	// or not; swap is set by admit when the first it let in is to take
+	// the place of a random kept first (the reservoir).
+	offered int
+	swap    bool
+	// top is each label's highest estimate among the samples taken this
+	// epoch, kept or not (see fold).
+	top map[capLabel]uint64
 }
 
-// carry starts the next epoch's cap from half of each floor this one
+type capLabel struct {
+	v     Vital
+	label uint64
+}
+
+func newSampleCap(max int) sampleCap {
+	return sampleCap{max: max, labels: map[capLabel]struct{}{}, first: map[sampleKey]struct{}{}, top: map[capLabel]uint64{}}
+}
+
+// counts are the samples kept, and of them the firsts.
+func (c *sampleCap) counts() (total, firsts int) {
+	for v := range c.kept {
+		total += c.kept[v]
+		firsts += c.firsts[v]
+	}
+	return total, firsts
+}
+
+// half is the firsts' share of the cap when the others want the rest.
+func (c *sampleCap) half() int { return (c.max + 1) / 2 }
+
+// carry starts the next epoch's floors from half of each this one
 // reached: a host with churn now likely has it next minute too, and the
 // samples below the floor are then dropped before they are symbolized
 // rather than after; a floor no longer needed halves away epoch by epoch.
-// The next epoch's floor only rises further if that one is over the cap
-// (so it may store fewer than max samples, never more).
 func (c *sampleCap) carry(next *sampleCap) {
 	for v, f := range c.floor {
 		if f >= 4 {
@@ -50,48 +92,156 @@ func (c *sampleCap) carry(next *sampleCap) {
 	}
 }
 
-// admit tells whether a sample of vital v, taken at estimate est, may be
-// kept, counting it dropped otherwise.
-func (c *sampleCap) admit(v Vital, est uint64) bool {
-	if c.max <= 0 {
+// admit tells whether a sample of vital v's label, taken at estimate est,
+// may be kept, counting it dropped otherwise. A label's first sample of
+// the epoch passes any floor.
+func (c *sampleCap) admit(v Vital, label, est uint64) bool {
+	if c.max < 0 {
 		return true
 	}
-	if est < c.floor[v] || (c.floor[v] >= maxFloor && c.kept[v] >= c.max) {
-		c.dropped[v]++
-		return false
+	if k := (capLabel{v, label}); est > c.top[k] {
+		c.top[k] = est
 	}
-	return true
+	total, firsts := c.counts()
+	if _, seen := c.labels[capLabel{v, label}]; !seen {
+		c.offered++
+		if total < c.max || (firsts < c.half() && total > firsts) {
+			return true // room, or made by sampling the others more coarsely
+		}
+		// The firsts have their share: the offered-th takes the place
+		// of a random one with probability firsts/offered.
+		if firsts > 0 && rand.IntN(c.offered) < firsts {
+			c.swap = true
+			return true
+		}
+	} else if est >= c.floor[v] && (total < c.max || total > firsts || firsts > c.half()) {
+		return true
+	}
+	c.dropped[v]++
+	return false
 }
 
-// added records that a sample of v was appended to samples, and raises
-// v's floor while v has more than max, removing from samples those of v
-// below it. It returns samples, shortened.
-func (c *sampleCap) added(v Vital, samples []store.Sample) []store.Sample {
+// coarsest is the vital that keeps the most samples besides its labels'
+// first ones, the one to sample more coarsely; false if none keeps any.
+func (c *sampleCap) coarsest() (Vital, bool) {
+	best, most := Vital(0), 0
+	for v := range c.kept {
+		if n := c.kept[v] - c.firsts[v]; n > most {
+			best, most = Vital(v), n
+		}
+	}
+	return best, most > 0
+}
+
+// added records that the sample of v's label just admitted was appended
+// to samples and brings the epoch back under the cap. It returns samples,
+// shortened.
+func (c *sampleCap) added(v Vital, label uint64, samples []store.Sample) []store.Sample {
 	c.kept[v]++
-	if c.max <= 0 || c.kept[v] <= c.max {
+	if c.max < 0 {
 		return samples
 	}
-	name := v.String()
-	for c.kept[v] > c.max && c.floor[v] < maxFloor {
-		c.floor[v] = max(2*c.floor[v], 2)
-		out := samples[:0]
-		for _, s := range samples {
-			if s.Vital == name && s.EstCount < c.floor[v] {
-				c.kept[v]--
-				c.dropped[v]++
-				continue
-			}
-			out = append(out, s)
-		}
-		clear(samples[len(out):]) // the dropped samples' maps go now
-		samples = out
+	key := capLabel{v, label}
+	isFirst := false
+	if _, seen := c.labels[key]; !seen {
+		c.labels[key], isFirst = struct{}{}, true
+		c.firsts[v]++
+		c.first[sampleKeyOf(&samples[len(samples)-1])] = struct{}{}
 	}
-	if c.kept[v] > c.max { // the highest floor: the newest goes
-		samples = samples[:len(samples)-1]
-		c.kept[v]--
-		c.dropped[v]++
+	swap := c.swap && isFirst
+	c.swap = false
+	for {
+		total, firsts := c.counts()
+		if total <= c.max {
+			return samples
+		}
+		switch {
+		case swap || firsts > c.half() || total == firsts:
+			// A random kept first goes (never the one just come, when
+			// it takes another's place).
+			n := firsts
+			if swap {
+				n--
+			}
+			swap = false
+			samples = c.dropFirst(samples, rand.IntN(n))
+		default:
+			samples = c.coarser(samples)
+		}
+	}
+}
+
+// fold gives each label's last kept sample the highest estimate the
+// label reached among the epoch's samples, kept or not. A sample stands
+// for the weight its label gathered since its previous sample (the
+// difference of their estimates: findings.Load), so the samples the cap
+// dropped leave their weight to the label's kept one instead of taking it
+// away: a heavy label sampled coarsely still weighs what it counted, and
+// the labels kept are not scaled up to the vital's exact total in its
+// place. A label none of whose samples was kept is gone with its weight
+// (counted in capped).
+func (c *sampleCap) fold(samples []store.Sample) {
+	if c.max < 0 || len(c.top) == 0 {
+		return
+	}
+	last := make(map[capLabel]int, len(samples))
+	for i := range samples {
+		v, _ := vitalByName(samples[i].Vital)
+		k := capLabel{v, samples[i].LabelHash}
+		if j, ok := last[k]; !ok || samples[i].TsNs >= samples[j].TsNs {
+			last[k] = i
+		}
+	}
+	for k, i := range last {
+		if top := c.top[k]; top > samples[i].EstCount {
+			samples[i].EstCount = top
+		}
+	}
+}
+
+// dropFirst removes the k-th kept first sample.
+func (c *sampleCap) dropFirst(samples []store.Sample, k int) []store.Sample {
+	for i := range samples {
+		sk := sampleKeyOf(&samples[i])
+		if _, ok := c.first[sk]; !ok {
+			continue
+		}
+		if k > 0 {
+			k--
+			continue
+		}
+		u, _ := vitalByName(samples[i].Vital)
+		c.kept[u]--
+		c.firsts[u]--
+		c.dropped[u]++
+		delete(c.first, sk)
+		delete(c.labels, capLabel{u, samples[i].LabelHash})
+		copy(samples[i:], samples[i+1:])
+		clear(samples[len(samples)-1:]) // the dropped sample's map goes now
+		return samples[:len(samples)-1]
 	}
 	return samples
+}
+
+// coarser raises the floor of the vital that keeps the most samples
+// besides firsts and removes those of them below it.
+func (c *sampleCap) coarser(samples []store.Sample) []store.Sample {
+	w, _ := c.coarsest()
+	c.floor[w] = max(2*c.floor[w], 2)
+	name := w.String()
+	out := samples[:0]
+	for _, s := range samples {
+		if s.Vital == name && s.EstCount < c.floor[w] {
+			if _, ok := c.first[sampleKeyOf(&s)]; !ok {
+				c.kept[w]--
+				c.dropped[w]++
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	clear(samples[len(out):]) // the dropped samples' maps go now
+	return samples[:len(out)]
 }
 
 // usedStacks keeps the stacks and executables the kept samples refer to:
@@ -114,4 +264,113 @@ func usedStacks(samples []store.Sample, stacks map[uint64]store.Stack, exes map[
 			delete(exes, path)
 		}
 	}
+}
+
+// dayBudget is the store's budget of bytes a day for samples and their
+// stacks (Config.StorageBudget), a token bucket: it fills at 7/8 of the
+// budget a day up to an eighth of it, and each epoch may keep the samples
+// a quarter of its tokens pay for (sampleCap). A quiet host banks what it
+// does not spend and an incident's epochs spend the bank in detail, each a
+// quarter of what is left; a host that is never quiet is held to the rate.
+// Any 24 hours spend at most the budget.
+type dayBudget struct {
+	perDay float64 // bytes; 0: no budget
+	tokens float64
+	// perSample is what a stored sample has cost lately, its row and its
+	// share of the new stacks (a moving mean, from the samples spent).
+	perSample float64
+	// known are stacks already paid for (bounded: when full it starts
+	// again, and a stack is paid for twice rather than never).
+	known map[uint64]struct{}
+	// spent and dropped are totals since the start, for the status.
+	spent float64
+}
+
+// Bytes a stored sample row and a stored stack cost, as DuckDB compresses
+// them: measured on a store of 145 575 samples and 60 830 stacks from a
+// busy host, copied alone into a file: 52 bytes a sample row (sorted by
+// vital and label), and 82 a stack, whose frames' and modules' text
+// averaged 375 bytes (stackBytes counts a fifth of it, and 16 more).
+const (
+	sampleRowBytes   = 52
+	stackBaseBytes   = 16
+	maxKnownStacks   = 1 << 16
+	initialPerSample = 200 // a first epoch's stacks are all new: the recorder learns down from here
+)
+
+func newDayBudget(perDay int64) *dayBudget {
+	b := &dayBudget{perDay: float64(perDay), perSample: initialPerSample, known: map[uint64]struct{}{}}
+	b.tokens = b.capacity()
+	return b
+}
+
+func (b *dayBudget) capacity() float64 { return b.perDay / 8 }
+
+func (b *dayBudget) rate() float64 { return b.perDay * 7 / 8 / float64(24*time.Hour) } // bytes a ns
+
+// Bank is a storage budget's state kept in the store (store.Epoch's
+// StorageBank): the bytes it had left, at a time.
+type Bank struct {
+	Bytes int64
+	At    time.Time
+}
+
+// resume starts the bucket from what an earlier recorder left, d ago.
+func (b *dayBudget) resume(left int64, d time.Duration) {
+	b.tokens = min(b.capacity(), float64(max(left, 0))+b.rate()*float64(max(d, 0)))
+}
+
+// bank is what is left, for the store; nil without a budget.
+func (b *dayBudget) bank() *int64 {
+	if b == nil || b.perDay <= 0 {
+		return nil
+	}
+	n := int64(max(b.tokens, 0))
+	return &n
+}
+
+// allowance is the samples the next epoch may keep; -1 without a budget.
+func (b *dayBudget) allowance() int {
+	if b == nil || b.perDay <= 0 {
+		return -1
+	}
+	return int(max(b.tokens, 0) / 4 / b.perSample)
+}
+
+// spend takes what an epoch of length d stores out of the bucket and
+// refills it for d.
+func (b *dayBudget) spend(samples []store.Sample, stacks map[uint64]store.Stack, d time.Duration) {
+	if b == nil || b.perDay <= 0 {
+		return
+	}
+	cost := float64(len(samples) * sampleRowBytes)
+	for id, st := range stacks {
+		if _, ok := b.known[id]; ok {
+			continue
+		}
+		if len(b.known) >= maxKnownStacks {
+			clear(b.known)
+		}
+		b.known[id] = struct{}{}
+		cost += stackBytes(st)
+	}
+	if len(samples) > 0 {
+		b.perSample = 0.7*b.perSample + 0.3*cost/float64(len(samples))
+	}
+	b.spent += cost
+	// An epoch that cost more than its samples were thought to leaves a
+	// debt (negative tokens) that the next epochs pay before they keep
+	// any: over a day the budget holds all the same.
+	b.tokens = min(b.capacity(), b.tokens-cost+b.rate()*float64(d))
+}
+
+// stackBytes is what a new stack adds to the store: its frames' and
+// modules' text, which DuckDB's string compression takes to a fifth or
+// less (the modules repeat).
+func stackBytes(st store.Stack) float64 {
+	n := 0
+	for i := range st.Frames {
+		n += len(st.Frames[i]) + len(st.Modules[i])
+	}
+	return stackBaseBytes + float64(n)/5
 }

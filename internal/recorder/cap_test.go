@@ -1,11 +1,14 @@
 package recorder
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/holter-dev/holter/internal/store"
 )
@@ -14,11 +17,11 @@ import (
 // takes of v's events on a host with churn: n labels seen once or twice
 // (new processes), and heavy labels of thousands of events each. Each
 // sample has a user stack of its own label.
-func churnSamples(v Vital, n, heavy int, rng *rand.Rand) ([]store.Sample, map[uint64]store.Stack) {
+func churnSamples(v Vital, n, heavy int, rng *rand.Rand, base uint64) ([]store.Sample, map[uint64]store.Stack) {
 	counts := map[uint64]uint64{}
 	var events []uint64
 	for i := range n {
-		label := uint64(1000 + i)
+		label := base + uint64(1000+i)
 		events = append(events, label)
 		if rng.IntN(3) == 0 {
 			events = append(events, label)
@@ -26,7 +29,7 @@ func churnSamples(v Vital, n, heavy int, rng *rand.Rand) ([]store.Sample, map[ui
 	}
 	for h := range heavy {
 		for range 1000 + rng.IntN(5000) {
-			events = append(events, uint64(1+h))
+			events = append(events, base+uint64(1+h))
 		}
 	}
 	rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
@@ -48,28 +51,25 @@ func churnSamples(v Vital, n, heavy int, rng *rand.Rand) ([]store.Sample, map[ui
 
 // TestCapStoresCoarserAndCounts feeds the cap an epoch of churn far over
 // it for two vitals and one under it, writes the epoch into a real store
-// and checks from there: no vital stores more than the cap; what was taken
-// is what was stored plus what was counted capped; the samples kept are
-// the ones taken at the highest estimates (the heavy labels'); a vital
-// under the cap keeps every sample; no stack is stored that no stored
-// sample refers to.
+// and checks from there: the epoch stores no more than the cap; what was
+// taken is what was stored plus what was counted capped; every label keeps
+// its first sample; the others kept are the ones taken at the highest
+// estimates (the heavy labels'), and the vital with few samples keeps all
+// of them; no stack is stored that no stored sample refers to.
 func TestCapStoresCoarserAndCounts(t *testing.T) {
-	const max = 50
+	const max = 3000
 	rng := rand.New(rand.NewPCG(1, 2))
 	offered := map[Vital][]store.Sample{}
 	stacks := map[uint64]store.Stack{}
 	for _, c := range []struct {
 		v            Vital
 		churn, heavy int
-	}{{Kmem, 4000, 5}, {Syscall, 2000, 20}, {Sched, 10, 2}} {
-		s, st := churnSamples(c.v, c.churn, c.heavy, rng)
+	}{{Kmem, 600, 100}, {Syscall, 400, 150}, {Sched, 10, 2}} {
+		s, st := churnSamples(c.v, c.churn, c.heavy, rng, uint64(c.v)<<32)
 		offered[c.v] = s
 		for id, x := range st {
 			stacks[id] = x
 		}
-	}
-	if len(offered[Sched]) > max {
-		t.Fatalf("sched offers %d samples, meant to be under the cap %d", len(offered[Sched]), max)
 	}
 
 	// Interleave the vitals as the ring buffer does.
@@ -77,25 +77,36 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	for _, v := range []Vital{Kmem, Syscall, Sched} {
 		all = append(all, offered[v]...)
 	}
+	if len(all) < max*13/10 {
+		t.Fatalf("%d samples offered, meant to be far over the cap %d", len(all), max)
+	}
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
-	c := sampleCap{max: max}
+	slices.SortStableFunc(all, func(a, b store.Sample) int { return cmp.Compare(a.TsNs, b.TsNs) }) // each vital's in time order
+	c := newSampleCap(max)
 	var kept []store.Sample
 	for _, s := range all {
 		v, _ := vitalByName(s.Vital)
-		if c.admit(v, s.EstCount) {
-			kept = c.added(v, append(kept, s))
+		if c.admit(v, s.LabelHash, s.EstCount) {
+			kept = c.added(v, s.LabelHash, append(kept, s))
 		}
 	}
-	// The next epoch starts from half the floors this one reached: a new
-	// label's first sample is dropped, and counted, before symbolizing.
-	var next sampleCap
-	next.max = max
-	c.carry(&next)
-	if next.floor[Kmem] != c.floor[Kmem]/2 || next.floor[Sched] != 0 {
-		t.Errorf("carried floors kmem %d, sched %d; want %d, 0", next.floor[Kmem], next.floor[Sched], c.floor[Kmem]/2)
+	if len(kept) > max {
+		t.Fatalf("%d samples kept, over the cap %d", len(kept), max)
 	}
-	if next.admit(Kmem, 1) || next.dropped[Kmem] != 1 || !next.admit(Sched, 1) {
-		t.Errorf("next epoch: kmem's estimate 1 admitted or not counted (%d), or sched's refused", next.dropped[Kmem])
+	// The next epoch starts from half the floors this one reached: a
+	// known label's sample under it is dropped, and counted, before
+	// symbolizing; a new label's first is not.
+	next := newSampleCap(max)
+	c.carry(&next)
+	if next.floor[Kmem] != c.floor[Kmem]/2 || next.floor[Sched] != 0 || next.floor[Kmem] < 2 {
+		t.Errorf("carried floors kmem %d, sched %d; want %d (>= 2), 0", next.floor[Kmem], next.floor[Sched], c.floor[Kmem]/2)
+	}
+	if !next.admit(Kmem, 7, 1) {
+		t.Errorf("next epoch: a new kmem label's first sample refused")
+	}
+	next.added(Kmem, 7, make([]store.Sample, 1))
+	if next.admit(Kmem, 7, 1) || next.dropped[Kmem] != 1 || !next.admit(Sched, 7, 1) {
+		t.Errorf("next epoch: kmem's second sample at estimate 1 admitted or not counted (%d), or sched's first refused", next.dropped[Kmem])
 	}
 
 	exes := map[string]store.Executable{"/bin/x": {Path: "/bin/x"}, "/bin/unused": {Path: "/bin/unused"}}
@@ -123,7 +134,7 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 
 	for _, v := range []Vital{Kmem, Syscall, Sched} {
 		res, err := st.Query(ctx, `SELECT count(s.vital)::UBIGINT, any_value(v.samples), any_value(v.capped),
-				coalesce(min(s.est_count), 0)::UBIGINT
+				count(DISTINCT s.label_hash)::UBIGINT
 			FROM vitals v LEFT JOIN samples s USING (host, epoch, vital) WHERE v.vital = ?`, v.String())
 		if err != nil {
 			t.Fatal(err)
@@ -132,36 +143,46 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 		for i := range got {
 			got[i] = res.Rows[0][i].(uint64)
 		}
-		stored, taken, capped, minKept := got[0], got[1], got[2], got[3]
-		t.Logf("%s: taken %d, stored %d, capped %d, least estimate kept %d", v, taken, stored, capped, minKept)
-		if stored > max {
-			t.Errorf("%s stored %d samples, over the cap %d", v, stored, max)
+		stored, taken, capped, labels := got[0], got[1], got[2], got[3]
+		offeredLabels := map[uint64]bool{}
+		for _, s := range offered[v] {
+			offeredLabels[s.LabelHash] = true
 		}
+		t.Logf("%s: taken %d, stored %d, capped %d, labels %d of %d", v, taken, stored, capped, labels, len(offeredLabels))
 		if stored+capped != taken {
 			t.Errorf("%s: stored %d + capped %d != taken %d: samples lost uncounted", v, stored, capped, taken)
 		}
+		if labels != uint64(len(offeredLabels)) {
+			t.Errorf("%s: %d of %d labels stored: a label's first sample was dropped while the firsts fit", v, labels, len(offeredLabels))
+		}
 		if v == Sched {
 			if capped != 0 {
-				t.Errorf("sched, under the cap, had %d capped", capped)
+				t.Errorf("sched, the smallest, had %d capped", capped)
 			}
 			continue
 		}
-		if capped == 0 || stored == 0 {
-			t.Errorf("%s: %d stored, %d capped; want both, the epoch is far over the cap", v, stored, capped)
+		if capped == 0 {
+			t.Errorf("%s: nothing capped; the epoch is far over the cap", v)
 		}
-		// Coarser sampling: every sample taken at an estimate as high as
-		// the least kept was kept, every one below it dropped.
-		above := uint64(0)
+		// Coarser sampling: every non-first sample taken at an estimate
+		// as high as the least such kept was kept, every one below dropped.
+		res, err = st.Query(ctx, `SELECT coalesce(min(est_count), 0)::UBIGINT, count(*)::UBIGINT FROM
+			(SELECT est_count, row_number() OVER (PARTITION BY label_hash ORDER BY ts_ns) AS k FROM samples WHERE vital = ?)
+			WHERE k > 1`, v.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		minKept, others := res.Rows[0][0].(uint64), res.Rows[0][1].(uint64)
+		above, firstSeen := uint64(0), map[uint64]bool{}
 		for _, s := range offered[v] {
-			if s.EstCount >= minKept {
+			if !firstSeen[s.LabelHash] {
+				firstSeen[s.LabelHash] = true
+			} else if s.EstCount >= minKept {
 				above++
 			}
 		}
-		if above != stored {
-			t.Errorf("%s: %d samples taken at estimates >= %d, %d stored", v, above, minKept, stored)
-		}
-		if minKept < 2 {
-			t.Errorf("%s: a label's first sample (estimate 1) was kept over the cap", v)
+		if others > 0 && above != others {
+			t.Errorf("%s: %d later samples taken at estimates >= %d, %d stored", v, above, minKept, others)
 		}
 	}
 	res, err := st.Query(ctx, `SELECT count(*) FROM stacks WHERE stack_id NOT IN
@@ -172,5 +193,146 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	orphans := res.Rows[0][0]
 	if fmt.Sprint(orphans) != "0" {
 		t.Errorf("%v stacks stored that no stored sample refers to", orphans)
+	}
+}
+
+// TestCapSharesFirstsAndHeavy: when the labels' first samples alone are
+// more than the cap, they keep half of it, a uniform sample of the
+// epoch's (not its start's), and the heavy labels keep the other half,
+// from their highest estimates down; every sample is kept or counted.
+func TestCapSharesFirstsAndHeavy(t *testing.T) {
+	const limit = 50
+	rng := rand.New(rand.NewPCG(3, 4))
+	s, _ := churnSamples(Kmem, 400, 3, rng, 0)
+	c := newSampleCap(limit)
+	var kept []store.Sample
+	for _, x := range s {
+		if c.admit(Kmem, x.LabelHash, x.EstCount) {
+			kept = c.added(Kmem, x.LabelHash, append(kept, x))
+		}
+	}
+	if len(kept) != limit || uint64(len(kept))+c.dropped[Kmem] != uint64(len(s)) {
+		t.Errorf("kept %d (want %d), dropped %d, offered %d", len(kept), limit, c.dropped[Kmem], len(s))
+	}
+	seen := map[uint64]bool{}
+	firsts, heavyLater, late := 0, 0, 0
+	var leastHeavy uint64 = 1 << 40
+	for _, x := range kept {
+		if !seen[x.LabelHash] {
+			seen[x.LabelHash] = true
+			firsts++
+			if x.LabelHash >= 1000 && x.TsNs >= s[len(s)/2].TsNs {
+				late++
+			}
+			continue
+		}
+		if x.LabelHash >= 1000 {
+			t.Errorf("once-or-twice label %d kept a second sample while firsts were dropped", x.LabelHash)
+		}
+		heavyLater++
+		leastHeavy = min(leastHeavy, x.EstCount)
+	}
+	t.Logf("kept %d firsts (%d of the once-labels' from the epoch's second half) and %d later samples of the heavy labels (estimates >= %d)",
+		firsts, late, heavyLater, leastHeavy)
+	// Firsts that came while there was room stay until the others want
+	// it: about half and half.
+	if firsts < limit/2-1 || heavyLater < limit/3 {
+		t.Errorf("kept %d firsts and %d later samples; want about half and half of %d", firsts, heavyLater, limit)
+	}
+	// The firsts kept are a sample of the whole epoch's: those offered in
+	// its second half keep about half their places.
+	if late < limit/8 {
+		t.Errorf("%d of %d firsts kept came in the epoch's second half: the reservoir favours the first to come", late, firsts)
+	}
+	// The heavy labels keep samples from a floor up: none of their first
+	// few powers of two.
+	if leastHeavy < 8 {
+		t.Errorf("a heavy label's sample at estimate %d kept: the others were not sampled more coarsely", leastHeavy)
+	}
+	// Folded, each label kept weighs what it counted: its kept samples'
+	// highest estimate is the highest taken, kept or not.
+	c.fold(kept)
+	taken, weighs := map[uint64]uint64{}, map[uint64]uint64{}
+	for _, x := range s {
+		taken[x.LabelHash] = max(taken[x.LabelHash], x.EstCount)
+	}
+	for _, x := range kept {
+		weighs[x.LabelHash] = max(weighs[x.LabelHash], x.EstCount)
+	}
+	for l, w := range weighs {
+		if w != taken[l] {
+			t.Errorf("label %d weighs %d after the fold, counted %d", l, w, taken[l])
+		}
+	}
+}
+
+// TestDayBudgetHoldsADay runs the storage budget through two days of
+// one-minute epochs on a host that offers far more than it, then a quiet
+// spell and a burst: any 24 hours spend at most the day's budget, a host
+// over it is held near the rate, and what a quiet spell banks lets a burst
+// keep more.
+func TestDayBudgetHoldsADay(t *testing.T) {
+	const perDay = 12_000_000
+	b := newDayBudget(perDay)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var spent []float64 // per epoch
+	epoch := func(offered int) int {
+		n := min(offered, b.allowance())
+		samples := make([]store.Sample, n)
+		stacks := map[uint64]store.Stack{}
+		for i := range n / 3 { // a new stack every third sample
+			stacks[rng.Uint64()] = store.Stack{Frames: []string{"some_function_name", "caller"}, Modules: []string{"/usr/lib/libx.so", "/bin/y"}}
+			_ = i
+		}
+		before := b.spent
+		b.spend(samples, stacks, time.Minute)
+		spent = append(spent, b.spent-before)
+		return n
+	}
+	for range 2 * 1440 {
+		epoch(5000)
+	}
+	for i := 0; i+1440 <= len(spent); i += 60 {
+		sum := 0.0
+		for _, x := range spent[i : i+1440] {
+			sum += x
+		}
+		if sum > perDay {
+			t.Fatalf("the 24 hours from epoch %d spent %.0f bytes, over the budget %d", i, sum, perDay)
+		}
+		if i >= 1440 && sum < 0.8*perDay*7/8 {
+			t.Errorf("the 24 hours from epoch %d spent %.0f bytes: a host over the budget should be held near its rate", i, sum)
+		}
+	}
+	busy := epoch(5000)
+	for range 240 { // four quiet hours
+		epoch(0)
+	}
+	burst := epoch(1 << 20)
+	t.Logf("busy epoch %d samples, burst after four quiet hours %d (%.0f bytes a sample)", busy, burst, b.perSample)
+	if burst < 20*busy {
+		t.Errorf("a burst after a quiet spell kept %d samples, a busy epoch %d: the quiet spell banked nothing", burst, busy)
+	}
+}
+
+// TestDayBudgetResumes: a recorder started again goes on from the bank
+// the last one left, refilled at the rate for the time between, never
+// from more than a full bank.
+func TestDayBudgetResumes(t *testing.T) {
+	b := newDayBudget(12_000_000)
+	hour := b.rate() * float64(time.Hour)
+	b.resume(1000, time.Hour)
+	if b.tokens != 1000+hour {
+		t.Errorf("resumed from 1000 bytes an hour ago: %.0f, want %.0f", b.tokens, 1000+hour)
+	}
+	b.resume(1000, 30*24*time.Hour)
+	if b.tokens != b.capacity() {
+		t.Errorf("resumed a month later: %.0f, want the capacity %.0f", b.tokens, b.capacity())
+	}
+	if n := *b.bank(); n != int64(b.capacity()) {
+		t.Errorf("bank %d, want %.0f", n, b.capacity())
+	}
+	if (&dayBudget{}).bank() != nil {
+		t.Errorf("no budget has a bank")
 	}
 }

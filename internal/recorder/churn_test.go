@@ -2,9 +2,9 @@ package recorder
 
 import (
 	"fmt"
+	"github.com/holter-dev/holter/internal/symbol"
 	"math"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +38,7 @@ func TestChurnKeepsLabels(t *testing.T) {
 	bounds := map[int64][2]int64{}
 	// The cap on samples per epoch (off here) would drop the first events of
 	// the new labels this test counts.
-	rec, stop := startRecorder(t, Config{Epoch: 12 * time.Second, Budget: -1, Vitals: []Vital{Syscall, Umem, Kmem}, MaxSamples: -1},
+	rec, stop := startRecorder(t, Config{Epoch: 12 * time.Second, Budget: -1, Vitals: []Vital{Syscall, Umem, Kmem}},
 		func(e *store.Epoch) error {
 			stacks := map[uint64]store.Stack{}
 			for _, st := range e.Stacks {
@@ -50,7 +50,7 @@ func TestChurnKeepsLabels(t *testing.T) {
 			for _, s := range e.Samples {
 				if s.Comm == "short_lived" {
 					st, stacked := stacks[s.UStackID]
-					samples = append(samples, sample{s, e.Epoch, stacked && !strings.HasPrefix(st.Frames[0], "0x")})
+					samples = append(samples, sample{s, e.Epoch, stacked && symbol.Named(st.Frames[0])})
 				}
 			}
 			return nil

@@ -24,7 +24,7 @@ func TestRareFastSyscallsAreSampled(t *testing.T) {
 	sampled := map[uint32]bool{}
 	// No cap: over it, a label seen once is the first a busy host's epoch
 	// drops (cap.go); this is the sketch's coverage without it.
-	_, stop := startRecorder(t, Config{Epoch: 2 * time.Second, Budget: -1, Vitals: []Vital{Syscall}, MaxSamples: -1}, func(e *store.Epoch) error {
+	_, stop := startRecorder(t, Config{Epoch: 2 * time.Second, Budget: -1, Vitals: []Vital{Syscall}}, func(e *store.Epoch) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, s := range e.Samples {

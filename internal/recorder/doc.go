@@ -10,7 +10,9 @@
 // generation — which makes the BPF side switch to the other copy of every
 // HCA and total — drains the sample ring buffer, reads and clears the
 // finished copy, symbolizes the samples and hands the epoch to a sink (the
-// store) that commits it as one transaction. Each vital keeps at most
-// Config.MaxSamples samples an epoch (cap.go): over it, those taken at the
-// lowest estimates are dropped, before they are symbolized, and counted.
+// store) that commits it as one transaction. The samples an epoch keeps
+// are bounded by a budget of stored bytes a day (Config.StorageBudget,
+// cap.go): over it, labels' first samples are kept first and the rest
+// sampled more coarsely; what is dropped goes before it is symbolized, and
+// is counted per vital.
 package recorder

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"github.com/holter-dev/holter/internal/clock"
 	"hash/fnv"
+	"math/bits"
 	"net/netip"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"syscall"
@@ -48,7 +50,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 		gen: gen, number: number, start: start,
 		taiToWall: clock.TAIToWall(),
 		userNs:    userCPUTime(),
-		cap:       sampleCap{max: r.cfg.MaxSamples},
+		cap:       newSampleCap(r.day.allowance()),
 		stacks:    map[uint64]store.Stack{},
 		exes:      map[string]store.Executable{},
 	}
@@ -99,13 +101,17 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 
 	ep.cap.carry(&next.cap)
 	r.resolveLate(ep)
+	ep.cap.fold(ep.samples)
 	usedStacks(ep.samples, ep.stacks, ep.exes)
+	r.day.spend(ep.samples, ep.stacks, end.Sub(ep.start))
+	next.cap.max = r.day.allowance()
 	copyIdx := uint32(ep.gen & 1)
 	res := &store.Epoch{
 		Host: r.cfg.Host, Epoch: ep.number,
 		StartNs: ep.start.UnixNano(), EndNs: end.UnixNano(),
 		MonitorUserNs: next.userNs - ep.userNs,
 		Samples:       ep.samples,
+		StorageBank:   r.day.bank(),
 	}
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
@@ -132,6 +138,11 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 			s.Capped += sv.Capped
 		})
 	}
+	if r.storedThresholds(&next.cap) {
+		if err := r.writeControl(); err != nil {
+			return nil, err
+		}
+	}
 	for _, st := range ep.stacks {
 		res.Stacks = append(res.Stacks, st)
 	}
@@ -141,9 +152,33 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 	wall := float64(end.Sub(ep.start)) * float64(r.ncpu)
 	r.mu.Lock()
 	r.status.MonitorCPU = 100 * float64(res.MonitorBPFNs+res.MonitorUserNs) / wall
+	if r.day.perDay > 0 {
+		r.status.StorageBank, r.status.StorageSpent = int64(max(r.day.tokens, 0)), int64(r.day.spent)
+	}
 	r.mu.Unlock()
 	ep.result = res
 	return next, nil
+}
+
+// storedThresholds sets each vital's storage threshold from the floor the
+// next epoch's cap starts at, and tells whether one changed: samples under
+// the floor would be dropped, so the kernel need not take them (its first
+// sample of a label it takes at any threshold). r.ctlMu held.
+func (r *Recorder) storedThresholds(c *sampleCap) bool {
+	changed := false
+	for v := range r.attached {
+		s := uint(0)
+		if f := c.floor[v]; f >= 2 {
+			s = min(uint(bits.Len64(f)-1), 16)
+		}
+		if s != r.budget.stored[v] {
+			r.budget.stored[v], changed = s, true
+			r.setVitalStatus(Vital(v), func(st *VitalStatus) {
+				st.Threshold, st.Reason = 1<<r.budget.threshold(Vital(v)), r.throttleReason(Vital(v))
+			})
+		}
+	}
+	return changed
 }
 
 // readAndClear reads one vital's finished copy and zeroes it for reuse two
@@ -154,7 +189,7 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, counts, e
 	if err := r.objs.maps.Stats.Lookup(key, &per); err != nil {
 		return store.Vital{}, counts{}, fmt.Errorf("read %s totals: %w", v, err)
 	}
-	out := store.Vital{Name: v.String(), Threshold: 1 << r.budget.shift[v]}
+	out := store.Vital{Name: v.String(), Threshold: 1 << r.budget.threshold(v)}
 	var c counts
 	for _, s := range per {
 		c = c.add(counts{s.Runs, s.Samples, s.Sketched})
@@ -216,7 +251,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	v := Vital(s.Vital)
 	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
-	if !ep.cap.admit(v, uint64(s.Est)) {
+	if !ep.cap.admit(v, s.Label, uint64(s.Est)) {
 		return
 	}
 	out := store.Sample{
@@ -240,12 +275,14 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	if nu > 0 {
 		addrs := untilLoop(s.Stack[nk : nk+nu])
-		out.UStackID = ep.addStack(makeStack("user", r.procs.ResolveImage(s.Pid, img, addrs)))
+		if st := userStack(r.procs.ResolveImage(s.Pid, img, addrs), img); len(st.Frames) > 0 {
+			out.UStackID = ep.addStack(st)
+		}
 		if out.Exe == "[exited]" && img.Ino != 0 {
 			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs)})
 		}
 	}
-	ep.samples = ep.cap.added(v, append(ep.samples, out))
+	ep.samples = ep.cap.added(v, s.Label, append(ep.samples, out))
 }
 
 // unresolved is a sample of a process that was gone when it was read,
@@ -299,7 +336,9 @@ func (r *Recorder) resolveLate(ep *epochState) {
 		}
 		s := &ep.samples[i]
 		s.Exe = exe
-		s.UStackID = ep.addStack(makeStack("user", r.procs.ResolveImage(u.pid, u.img, u.addrs)))
+		if st := userStack(r.procs.ResolveImage(u.pid, u.img, u.addrs), u.img); len(st.Frames) > 0 {
+			s.UStackID = ep.addStack(st)
+		}
 	}
 	ep.unresolved = nil
 }
@@ -390,17 +429,58 @@ func trimBPFFrames(fr []symbol.Frame) []symbol.Frame {
 // makeStack keeps function names (offsets would split identical stacks)
 // and identifies the stack by a hash of what it shows.
 func makeStack(kind string, fr []symbol.Frame) store.Stack {
-	st := store.Stack{Kind: kind, Frames: make([]string, len(fr)), Modules: make([]string, len(fr))}
+	text := make([]string, len(fr))
+	for i, f := range fr {
+		text[i] = f.Func
+		if f.Func == "" {
+			text[i] = fmt.Sprintf("0x%x", f.Addr)
+		}
+	}
+	return buildStack(kind, text, fr)
+}
+
+// userStack is a user stack's frames as text that does not change from
+// one process of a program to the next, so that a thousand runs of one
+// program make one stack, not a thousand: a frame without a symbol is
+// named by its file and its offset in it ("libfoo.so+0x1a2b"), or, when
+// its process is gone and its mapping unknown, by its offset from the
+// program's code ("[exe]+0x1a2b") or from its libraries' mmap base
+// ("[mmap]-0x1a2b"), as labels are. A walk that reaches an address no
+// user code can have (a frame-pointer chain through code built without
+// them) stops there.
+func userStack(fr []symbol.Frame, img symbol.Image) store.Stack {
+	text := make([]string, 0, len(fr))
+	for _, f := range fr {
+		a := f.Addr
+		if f.Func == "" && f.Module == "" && (a < 1<<16 || a >= 1<<47) {
+			break
+		}
+		switch {
+		case f.Func != "":
+			text = append(text, f.Func)
+		case strings.HasPrefix(f.Module, "/"):
+			text = append(text, fmt.Sprintf("%s+0x%x", path.Base(f.Module), f.Offset))
+		case f.Module == "" && img.StartCode != 0 && a >= img.StartCode && a-img.StartCode < 1<<32:
+			text = append(text, fmt.Sprintf("[exe]+0x%x", a-img.StartCode))
+		case f.Module == "" && img.MmapBase != 0 && a < img.MmapBase && img.MmapBase-a < 1<<40:
+			text = append(text, fmt.Sprintf("[mmap]-0x%x", img.MmapBase-a))
+		default:
+			text = append(text, fmt.Sprintf("0x%x", a))
+		}
+	}
+	return buildStack("user", text, fr[:len(text)])
+}
+
+// buildStack is a stack of frames named text, in fr's modules, with its
+// id a hash of them.
+func buildStack(kind string, text []string, fr []symbol.Frame) store.Stack {
+	st := store.Stack{Kind: kind, Frames: text, Modules: make([]string, len(fr))}
 	h := fnv.New64a()
 	h.Write([]byte(kind))
 	for i, f := range fr {
-		st.Frames[i] = f.Func
-		if f.Func == "" {
-			st.Frames[i] = fmt.Sprintf("0x%x", f.Addr)
-		}
 		st.Modules[i] = f.Module
 		h.Write([]byte{0})
-		h.Write([]byte(st.Frames[i]))
+		h.Write([]byte(text[i]))
 		h.Write([]byte{1})
 		h.Write([]byte(f.Module))
 	}

@@ -35,10 +35,17 @@ type Config struct {
 	// Budget is the share of the machine (all CPUs) the monitor may use;
 	// 0 means DefaultBudget and a negative value turns the budget off.
 	Budget float64
-	// MaxSamples is what each vital may store per epoch (see sampleCap);
-	// 0 or a negative value stores every sample (the default: a cap drops
-	// the once-seen labels' samples first, those the sketch exists for).
-	MaxSamples int
+	// StorageBudget is the bytes a day the samples and their stacks may
+	// take in the store (dayBudget, sampleCap); over it, epochs keep
+	// their labels' first samples first and sample the rest more
+	// coarsely. 0 or a negative value stores every sample (`holter
+	// record` defaults to DefaultStorageBudget).
+	StorageBudget int64
+	// StorageBank, when not nil, is what the budget had left when a
+	// recorder of this store last closed an epoch, and when: a recorder
+	// started again goes on from it (refilled for the time between)
+	// rather than from a full bank, so restarts do not buy storage.
+	StorageBank *Bank
 	// CPUHz is the cpu vital's sampling frequency per CPU.
 	CPUHz int
 	// SchedMin and BlckMin are the delays that qualify as an event.
@@ -136,8 +143,8 @@ type VitalStatus struct {
 	// the store could not take them.
 	UnstoredEvents  uint64 `json:"unstored_events"`
 	UnstoredSamples uint64 `json:"unstored_samples"`
-	// Capped is the samples the kernel took that the cap on samples per
-	// epoch did not store (see Config.MaxSamples).
+	// Capped is the samples the kernel took that the storage budget did
+	// not store (see Config.StorageBudget).
 	Capped uint64 `json:"capped"`
 }
 
@@ -151,10 +158,16 @@ type Status struct {
 	LateSamples   uint64    `json:"late_samples"`
 	// SkippedEpochs are epochs not committed and dropped; HeldEpochs those
 	// held in memory while the store cannot take them (commit.go).
-	SkippedEpochs uint64        `json:"skipped_epochs"`
-	HeldEpochs    int           `json:"held_epochs"`
-	MonitorCPU    float64       `json:"monitor_cpu_percent_last_epoch"`
-	BudgetPercent float64       `json:"budget_percent"`
+	SkippedEpochs uint64  `json:"skipped_epochs"`
+	HeldEpochs    int     `json:"held_epochs"`
+	MonitorCPU    float64 `json:"monitor_cpu_percent_last_epoch"`
+	BudgetPercent float64 `json:"budget_percent"`
+	// StorageBudget is the store's budget of bytes a day for samples and
+	// stacks (0: none), StorageBank what may be spent now, StorageSpent
+	// what was spent since the start (estimated as DuckDB stores them).
+	StorageBudget int64         `json:"storage_budget_bytes_per_day,omitempty"`
+	StorageBank   int64         `json:"storage_bank_bytes,omitempty"`
+	StorageSpent  int64         `json:"storage_spent_bytes,omitempty"`
 	Vitals        []VitalStatus `json:"vitals"`
 	KernelMemory  []MapMemory   `json:"kernel_memory"`
 	// Export is the shipping to ClickHouse, when the recorder exports.
@@ -190,7 +203,9 @@ type Recorder struct {
 	// budget is the adaptive threshold state (budget.go), and clock
 	// measures the programs' run time it needs (runclock.go).
 	budget budgetState
-	clock  *runClock
+	// day is the storage budget; epochs are sized by it (epoch loop only).
+	day   *dayBudget
+	clock *runClock
 	// boosted are the processes whose block requests are all sampled
 	// (boost.go).
 	boosted map[uint32]bool
@@ -218,7 +233,15 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, boosted: map[uint32]bool{},
 		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc")}
-	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0)}
+	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0),
+		StorageBudget: max(cfg.StorageBudget, 0)}
+	r.day = newDayBudget(cfg.StorageBudget)
+	if b := cfg.StorageBank; b != nil {
+		r.day.resume(b.Bytes, time.Since(b.At))
+	}
+	if cfg.StorageBudget > 0 {
+		r.status.StorageBank = int64(r.day.tokens)
+	}
 	for v := range r.budget.shift {
 		r.budget.shift[v] = cfg.Shift
 	}
@@ -326,7 +349,7 @@ func (r *Recorder) enable(v Vital) error {
 	r.attached[v] = a
 	r.clock.attach(a.progs)
 	r.setVitalStatus(v, func(s *VitalStatus) {
-		s.State, s.Reason, s.Trigger, s.Threshold, s.Thin = "recording", r.throttleReason(v), a.trigger, 1<<r.budget.shift[v], 1<<r.budget.thin[v]
+		s.State, s.Reason, s.Trigger, s.Threshold, s.Thin = "recording", r.throttleReason(v), a.trigger, 1<<r.budget.threshold(v), 1<<r.budget.thin[v]
 	})
 	return nil
 }
@@ -371,7 +394,7 @@ func (r *Recorder) writeControl() error {
 	ctl.Gen = r.gen
 	ctl.Seed = r.seeds
 	for i := range ctl.Shift {
-		ctl.Shift[i] = uint32(r.budget.shift[i])
+		ctl.Shift[i] = uint32(r.budget.threshold(Vital(i)))
 		ctl.Thin[i] = uint32(r.budget.thin[i])
 	}
 	for v := range r.attached {

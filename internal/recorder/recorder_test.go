@@ -179,7 +179,7 @@ func recordWhile(t *testing.T, work func(*Recorder)) *store.Store {
 	t.Cleanup(func() { st.Close() })
 	// No cap: the tests count their workloads' samples, which a cap shared
 	// with the rest of a busy host thins (TestCapStoresCoarserAndCounts).
-	rec, stop := startRecorder(t, Config{Epoch: time.Second, Budget: -1, MaxSamples: -1},
+	rec, stop := startRecorder(t, Config{Epoch: time.Second, Budget: -1},
 		func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
 	time.Sleep(300 * time.Millisecond)
 	work(rec)
