@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -24,13 +25,23 @@ const maxKernelTail = 64 << 10
 
 // Kernel resolves kernel addresses from a kallsyms file (normally /proc/kallsyms; root sees real addresses).
 // It is immutable after LoadKernel and safe for concurrent use.
+//
+// A kernel has some 10^5 symbols and the recorder keeps the table for as
+// long as it runs, so it is held as columns rather than as a struct per
+// symbol: 14 bytes a symbol and the text symbols' names in one string.
 type Kernel struct {
-	syms []ksym // sorted by addr, one entry per address
+	addr []uint64 // sorted, one entry per address
+	// name i is names[nameEnd[i-1]:nameEnd[i]]; empty for a data symbol,
+	// which only ends the text symbol before it.
+	names   string
+	nameEnd []uint32
+	module  []uint16 // index in modules
+	modules []string
 }
 
+// ksym is one symbol as parsed.
 type ksym struct {
 	addr   uint64
-	end    uint64 // exclusive
 	name   string
 	module string
 	text   bool
@@ -99,29 +110,70 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 		out = append(out, s)
 	}
 	syms = out
-	for i := range syms {
-		s := &syms[i]
-		s.end = s.addr + maxKernelTail
-		if s.end < s.addr { // overflow at the top of the address space
-			s.end = ^uint64(0)
+	return newKernel(syms)
+}
+
+// newKernel packs symbols sorted by address, one per address, into a
+// Kernel. Only text symbols are ever returned; the others only end them:
+// their names are not kept.
+func newKernel(syms []ksym) (*Kernel, error) {
+	size := 0
+	for _, s := range syms {
+		if s.text {
+			size += len(s.name)
 		}
-		if i+1 < len(syms) {
-			next := syms[i+1]
-			if next.module == s.module || next.addr < s.end {
-				s.end = next.addr
+	}
+	if size > math.MaxUint32 {
+		return nil, fmt.Errorf("%d bytes of symbol names", size)
+	}
+	k := &Kernel{addr: make([]uint64, len(syms)), nameEnd: make([]uint32, len(syms)), module: make([]uint16, len(syms))}
+	var names strings.Builder
+	names.Grow(size)
+	modIndex := map[string]uint16{}
+	for i, s := range syms {
+		k.addr[i] = s.addr
+		if s.text {
+			names.WriteString(s.name)
+		}
+		k.nameEnd[i] = uint32(names.Len())
+		m, ok := modIndex[s.module]
+		if !ok {
+			if len(k.modules) > math.MaxUint16 {
+				return nil, fmt.Errorf("more than %d modules", math.MaxUint16+1)
 			}
+			m = uint16(len(k.modules))
+			modIndex[s.module] = m
+			k.modules = append(k.modules, s.module)
+		}
+		k.module[i] = m
+	}
+	k.names = names.String()
+	return k, nil
+}
+
+// end is where symbol i ends (exclusive): at the next symbol of its
+// module, or at the next one of any module that starts within
+// maxKernelTail of it, else maxKernelTail past it.
+func (k *Kernel) end(i int) uint64 {
+	end := k.addr[i] + maxKernelTail
+	if end < k.addr[i] { // overflow at the top of the address space
+		end = ^uint64(0)
+	}
+	if i+1 < len(k.addr) {
+		if next := k.addr[i+1]; k.module[i+1] == k.module[i] || next < end {
+			end = next
 		}
 	}
-	// Only text symbols are ever returned; the others only end them. The
-	// names kept are copied into one string, so the lines read (a symbol's
-	// name was a slice of its line) and the data symbols' names go.
-	for i := range syms {
-		if !syms[i].text {
-			syms[i].name = ""
-		}
+	return end
+}
+
+// name is symbol i's name, empty for a data symbol.
+func (k *Kernel) name(i int) string {
+	start := uint32(0)
+	if i > 0 {
+		start = k.nameEnd[i-1]
 	}
-	packNames(len(syms), func(i int) *string { return &syms[i].name })
-	return &Kernel{syms: syms}, nil
+	return k.names[start:k.nameEnd[i]]
 }
 
 // parseKallsymsLine parses "ffffffff81000000 T name" or "ffffffffc0001000 t name\t[module]".
@@ -177,16 +229,16 @@ func (k *Kernel) Resolve(addr uint64) Frame {
 	if k == nil {
 		return f
 	}
-	i := sort.Search(len(k.syms), func(i int) bool { return k.syms[i].addr > addr }) - 1
+	i := sort.Search(len(k.addr), func(i int) bool { return k.addr[i] > addr }) - 1
 	if i < 0 {
 		return f
 	}
-	s := &k.syms[i]
-	if !s.text || addr >= s.end {
+	name := k.name(i)
+	if name == "" || addr >= k.end(i) {
 		return f
 	}
-	f.Func = s.name
-	f.Offset = addr - s.addr
-	f.Module = s.module
+	f.Func = name
+	f.Offset = addr - k.addr[i]
+	f.Module = k.modules[k.module[i]]
 	return f
 }
