@@ -44,10 +44,29 @@ export function apiURL(path: string, params: Params = {}): string {
   return path + (q.size ? '?' + q.toString() : '');
 }
 
+/** How long a busy store's answers are waited for before the error is shown. */
+const busyPatienceMs = 60_000;
+
 export async function get<T>(path: string, params: Params = {}): Promise<T> {
   const url = apiURL(path, params);
-  const resp = await fetch(url, { headers: { Accept: 'application/json' } });
-  const body = await resp.json().catch(() => null);
-  if (!resp.ok) throw new APIError(body?.error ?? `${resp.status} ${resp.statusText}`);
-  return body as T;
+  const giveUp = Date.now() + busyPatienceMs;
+  for (;;) {
+    const resp = await fetch(url, { headers: { Accept: 'application/json' } });
+    const body = await resp.json().catch(() => null);
+    if (resp.ok) return body as T;
+    // A store running as many queries as it may says when to ask again
+    // (503 with Retry-After): a page's panels load at once, and on a busy
+    // host some of them are told to wait, which is not an error to show.
+    const wait = retryAfterMs(resp);
+    if (wait === null || Date.now() + wait > giveUp) throw new APIError(body?.error ?? `${resp.status} ${resp.statusText}`);
+    await new Promise((r) => setTimeout(r, wait));
+  }
+}
+
+/** The wait a 503's Retry-After asks for (seconds, 1 to 10), null for any other answer. */
+function retryAfterMs(resp: Response): number | null {
+  if (resp.status !== 503) return null;
+  const secs = Number(resp.headers.get('Retry-After'));
+  if (!Number.isFinite(secs)) return null;
+  return Math.min(Math.max(secs, 1), 10) * 1000;
 }

@@ -230,8 +230,17 @@ uiTest('times read in UTC, 24 h, the custom range too', 'times', async () => {
 });
 
 uiTest('a posted trace opens as a waterfall of its causal path, and its workload as a latency graph', 'traces', async () => {
+  // The store is busy for the list's first ask (503, Retry-After): the
+  // page asks again when told and shows no error.
+  const list = (u) => u.pathname === '/api/traces';
+  let asked = 0;
+  await page.route(list, (route) => asked++ ? route.continue() : route.fulfill({ status: 503, headers: { 'Retry-After': '1' },
+    contentType: 'application/json', body: JSON.stringify({ error: 'too many queries running; try again shortly' }) }));
   await page.click('nav a[data-route="traces"]');
   await page.waitForSelector(`#traces-table tr[data-trace="${traceId}"]`, { timeout: 60000 }); // seconds on a loaded machine
+  await page.unroute(list);
+  assert.ok(asked >= 2, `the list was asked for ${asked} time(s)`);
+  assert.ok(await page.isHidden('#error'), `a busy store shown as an error: ${await page.textContent('#error')}`);
   assert.ok(await page.isHidden('#page-vitals'));
   await page.click(`#traces-table tr[data-trace="${traceId}"]`);
   await page.waitForSelector('#trace-detail svg.waterfall g.span');
