@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"encoding/binary"
 	"slices"
 
 	"github.com/holter-dev/holter/internal/symbol"
@@ -17,11 +18,11 @@ const longestCall = 7
 // library's wrappers do, the walk went on from the caller's frame pointer
 // to the caller's caller, or stopped when the wrapper had the frame
 // pointer's register in use. words are the words at the stack pointer
-// then (struct hl_sample in bpf/sketch.h): the first of them that is a
-// return address (in an executable mapping, after a call instruction) is
-// the caller's, unless it is the walk's frame 1 already (the wrapper keeps
-// a frame pointer). The code is read from the mapped files, which serves
-// processes that are gone.
+// then (struct hl_sample in bpf/sketch.h); the caller's return address is
+// the first of them that is one (in an executable mapping, after a call
+// instruction) and whose call could have led to frame 0 (callerAmong).
+// The code is read from the mapped files, which serves processes that are
+// gone.
 func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []uint64) []uint64 {
 	if len(addrs) == 0 || len(words) == 0 {
 		return addrs
@@ -30,16 +31,57 @@ func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []ui
 	if !afterSyscall(code[0]) {
 		return addrs
 	}
+	var rets, targets []uint64
 	for i, w := range words {
-		if !afterCall(code[i+1]) {
-			continue
+		if afterCall(code[i+1]) {
+			rets = append(rets, w)
+			targets = append(targets, callTarget(w, code[i+1]))
 		}
-		if len(addrs) > 1 && w == addrs[1] {
-			return addrs
-		}
-		return slices.Insert(slices.Clone(addrs), 1, w)
+	}
+	if len(rets) == 0 {
+		return addrs
+	}
+	fr := r.procs.ResolveImage(pid, img, append([]uint64{addrs[0]}, targets...))
+	next := uint64(0)
+	if len(addrs) > 1 {
+		next = addrs[1]
+	}
+	if c, ok := callerAmong(rets, fr[0], fr[1:], next); ok {
+		return slices.Insert(slices.Clone(addrs), 1, c)
 	}
 	return addrs
+}
+
+// callerAmong picks frame 0's caller from rets, the return addresses among
+// the words at the stack pointer, in order, whose calls went to targets
+// (a direct call's target resolved, an indirect call's empty): the first
+// whose call could have led to frame0, unless that is next, the walk's
+// frame 1 already (frame 0's function keeps a frame pointer). A direct
+// call to the start of a named function other than frame 0's is a return
+// address left on the stack by an earlier call; one into the program's
+// procedure linkage table (no symbol) or to frame 0's function is the
+// caller's.
+func callerAmong(rets []uint64, frame0 symbol.Frame, targets []symbol.Frame, next uint64) (uint64, bool) {
+	for i, r := range rets {
+		if r == next {
+			return 0, false
+		}
+		if t := targets[i]; t.Addr != 0 && t.Func != "" && t.Offset == 0 && t.Func != frame0.Func {
+			continue
+		}
+		return r, true
+	}
+	return 0, false
+}
+
+// callTarget is where the direct call before return address ret (code
+// the bytes before it, as afterCall takes them) goes; 0 for any other.
+func callTarget(ret uint64, code []byte) uint64 {
+	n := len(code)
+	if n < 5 || code[n-5] != 0xe8 {
+		return 0
+	}
+	return ret + uint64(int64(int32(binary.LittleEndian.Uint32(code[n-4:]))))
 }
 
 // afterSyscall tells whether code ends with a syscall instruction (0f 05).

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/holter-dev/holter/internal/symbol"
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
@@ -41,8 +42,12 @@ func TestStacksKeepTheWrappersCaller(t *testing.T) {
 						AND u.frames[1] IN (%[4]s)`, fn, runs[mode].pid, vital, wrappersOf(fn)))
 					above, n := row[0].(int64), row[1].(int64)
 					t.Logf("%d of %d samples in %s's calls have it above the wrapper: %v; another: %v", above, n, fn, row[2], row[3])
-					if above == 0 {
-						t.Errorf("no %s sample of wrapper_callers %s has %s directly above the C library's wrapper", vital, mode, fn)
+					// A blocking sample has only its site, one frame,
+					// when the stack was last taken elsewhere moments
+					// before (bpf/sched.bpf.h): a few.
+					if n == 0 || above*2 < n {
+						t.Errorf("%d of %d %s samples of wrapper_callers %s have %s directly above the C library's wrapper, want at least half",
+							above, n, vital, mode, fn)
 					}
 				})
 			}
@@ -90,5 +95,44 @@ func TestCallDecoding(t *testing.T) {
 	}
 	if !afterSyscall([]byte{0xb8, 0x2d, 0x00, 0x00, 0x00, 0x0f, 0x05}) || afterSyscall([]byte{0x0f, 0x05, 0xc3}) || afterSyscall(nil) {
 		t.Error("afterSyscall does not tell the code before a system call's return")
+	}
+}
+
+// TestCallerAmong: of the return addresses at the stack pointer, the
+// caller of frame 0 is the first whose call could have led there — to a
+// stub of the procedure linkage table, to frame 0's function, or through a
+// pointer — not one an earlier call to another function left behind, and
+// none when the frame-pointer walk has it already.
+func TestCallerAmong(t *testing.T) {
+	recv := symbol.Frame{Addr: 0x7f0000010a972, Func: "recv", Offset: 0x62}
+	plt := symbol.Frame{Addr: 0x401030, Module: "/bin/prog", Offset: 0x1030}
+	self := symbol.Frame{Addr: 0x7f0000010a910, Func: "recv"}
+	other := symbol.Frame{Addr: 0x401200, Func: "parse_header", Module: "/bin/prog"}
+	indirect := symbol.Frame{}
+	for _, c := range []struct {
+		name    string
+		rets    []uint64
+		targets []symbol.Frame
+		next    uint64
+		want    uint64
+	}{
+		{"through the PLT", []uint64{0x401180}, []symbol.Frame{plt}, 0x401400, 0x401180},
+		{"a direct call", []uint64{0x7f00000100010}, []symbol.Frame{self}, 0x401400, 0x7f00000100010},
+		{"through a pointer", []uint64{0x401180}, []symbol.Frame{indirect}, 0, 0x401180},
+		{"a stale return first", []uint64{0x401250, 0x401180}, []symbol.Frame{other, plt}, 0x401400, 0x401180},
+		{"the walk has it", []uint64{0x401400}, []symbol.Frame{plt}, 0x401400, 0},
+		{"only stale returns", []uint64{0x401250}, []symbol.Frame{other}, 0x401400, 0},
+	} {
+		got, ok := callerAmong(c.rets, recv, c.targets, c.next)
+		if got != c.want || ok != (c.want != 0) {
+			t.Errorf("%s: caller %#x %v, want %#x", c.name, got, ok, c.want)
+		}
+	}
+	// call rel32 of -0x100 from the return address 0x401185
+	if got := callTarget(0x401185, []byte{0x90, 0x90, 0xe8, 0x00, 0xff, 0xff, 0xff}); got != 0x401085 {
+		t.Errorf("callTarget = %#x, want 0x401085", got)
+	}
+	if got := callTarget(0x401185, []byte{0x90, 0xff, 0xd0}); got != 0 {
+		t.Errorf("callTarget of an indirect call = %#x, want 0", got)
 	}
 }
