@@ -54,8 +54,11 @@ struct io_state {
 struct io_stacks {
 	__s32 kstack_bytes;
 	__s32 ustack_bytes;
+	__u32 sp_bytes;
+	__u32 pad;
 	__u64 kstack[MAX_STACK];
 	__u64 ustack[MAX_STACK];
+	__u64 sp_words[SP_WORDS];
 };
 
 #define MAX_INFLIGHT 4096
@@ -155,6 +158,8 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 		if (stk) {
 			stk->kstack_bytes = bpf_get_stack(ctx, stk->kstack, sizeof(stk->kstack), 0);
 			stk->ustack_bytes = task->mm ? bpf_get_stack(ctx, stk->ustack, sizeof(stk->ustack), BPF_F_USER_STACK) : 0;
+			stk->sp_bytes = stk->ustack_bytes > 0 ?
+				read_sp_words((struct pt_regs *)bpf_task_pt_regs(task), stk->sp_words) : 0;
 			fresh.sampled = bpf_map_update_elem(&inflight_stacks, &key, stk, BPF_ANY) == 0 ? 2 : 1;
 		}
 	}
@@ -228,7 +233,7 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 				s->kstack_bytes = stk->kstack_bytes;
 				if (stk->kstack_bytes > 0)
 					bpf_probe_read_kernel(s->stack, sizeof(stk->kstack), stk->kstack);
-				put_ustack(s, stk->ustack, stk->ustack_bytes);
+				put_ustack(s, stk->ustack, stk->ustack_bytes, stk->sp_words, stk->sp_bytes);
 			}
 			sample_submit(s, VITAL_BLIO, &v);
 		}

@@ -47,7 +47,7 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	ident_from_current(s, task);
 	s->f[0] = ip;
 	s->f[1] = kernel;
-	take_stacks(ctx, s, task, true);
+	take_stacks(ctx, s, task, VITAL_CPU);
 	sample_submit(s, VITAL_CPU, &v);
 	return 0;
 }

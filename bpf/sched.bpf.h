@@ -53,7 +53,8 @@ struct task_state {
 	__u32 sleep_state;
 	__u32 preempted;
 	__s32 ustack_bytes;
-	__u32 pad;
+	__u32 sp_bytes;     /* of sp_words, read with the user stack */
+	__u64 sp_words[SP_WORDS];
 	__u64 ustack[MAX_STACK];
 };
 
@@ -125,7 +126,7 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	s->f[3] = f3;
 	s->kstack_bytes = bpf_get_task_stack(task, s->stack, MAX_STACK * sizeof(__u64), 0);
 	if (ts->preempted || ts->ustack_key == ts->site_key) {
-		put_ustack(s, ts->ustack, ts->ustack_bytes);
+		put_ustack(s, ts->ustack, ts->ustack_bytes, ts->sp_words, ts->sp_bytes);
 	} else if (ts->site) {
 		*ustack_at(s) = ts->site;
 		s->ustack_bytes = sizeof(__u64);
@@ -160,6 +161,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	} else if (ts->ustack_bytes <= 0 ||
 		   (key != ts->ustack_key && now - ts->ustack_ts >= USTACK_REFRESH_NS)) {
 		ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
+		ts->sp_bytes = ts->ustack_bytes > 0 ? read_sp_words(regs, ts->sp_words) : 0;
 		ts->ustack_key = key;
 		ts->ustack_ts = now;
 	}

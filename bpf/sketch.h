@@ -56,6 +56,7 @@
 #define SEEN_BITS 65536
 #define SEEN_HASHES 3
 #define MAX_STACK 64
+#define SP_WORDS 8
 
 enum vital {
 	VITAL_CPU = 0,
@@ -124,10 +125,20 @@ struct hl_stats {
 /*
  * A sample as it goes into the ring buffer: the header, then the kernel
  * stack's frames and the user stack's, kstack_bytes and ustack_bytes of
- * them (a negative count is bpf_get_stack's error), so a record is as long
- * as its stacks. The user stack's addresses are the process's; start_code
- * and mmap_base, its layout, let user space symbolise them after the
- * process is gone by a process of the same executable (internal/symbol).
+ * them (a negative count is bpf_get_stack's error), then sp_bytes of the
+ * words at the user stack pointer, so a record is as long as its stacks.
+ * The user stack's addresses are the process's; start_code and mmap_base,
+ * its layout, let user space symbolise them after the process is gone by
+ * a process of the same executable (internal/symbol).
+ *
+ * The words at the stack pointer are there for a sample taken in a system
+ * call: the C library's wrappers keep no frame pointer, so the
+ * frame-pointer walk goes from the wrapper (frame 0) to its caller's
+ * caller, or stops there when the wrapper has the frame pointer's register
+ * in use. The return address into the caller is among the first words at
+ * the stack pointer (the first, or a few up when the wrapper saved
+ * registers); user space tells it by the call instruction before it
+ * (internal/recorder's wrapperCaller).
  */
 struct hl_sample {
 	__u32 kind;
@@ -148,10 +159,12 @@ struct hl_sample {
 	__u64 f[8];    /* vital-specific fields, see each program */
 	__s32 kstack_bytes;
 	__s32 ustack_bytes;
-	__u64 stack[2 * MAX_STACK];
+	__u32 sp_bytes;
+	__u32 pad;
+	__u64 stack[2 * MAX_STACK + SP_WORDS];
 };
 
-#define SAMPLE_HEADER_BYTES (sizeof(struct hl_sample) - 2 * MAX_STACK * sizeof(__u64))
+#define SAMPLE_HEADER_BYTES (sizeof(struct hl_sample) - (2 * MAX_STACK + SP_WORDS) * sizeof(__u64))
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -681,6 +694,7 @@ static __always_inline struct hl_sample *sample_begin(struct verdict *v, __u32 v
 	__builtin_memset(s->f, 0, sizeof(s->f));
 	s->kstack_bytes = 0;
 	s->ustack_bytes = 0;
+	s->sp_bytes = 0;
 	return s;
 }
 
@@ -761,26 +775,60 @@ static __always_inline __u64 *ustack_at(struct hl_sample *s)
 	return &s->stack[k];
 }
 
-/* Take the current task's stacks into s: the kernel stack, then the user
- * stack after it, when the task has a user space. */
-static __always_inline void take_stacks(void *ctx, struct hl_sample *s, struct task_struct *task, bool kernel)
+/* Where the words at the user stack pointer go: after the user stack's
+ * frames. */
+static __always_inline __u64 *sp_words_at(struct hl_sample *s)
 {
-	if (kernel)
+	__u32 u = s->ustack_bytes > 0 ? (__u32)s->ustack_bytes / 8 : 0;
+
+	if (u > MAX_STACK)
+		u = MAX_STACK;
+	return ustack_at(s) + u;
+}
+
+/* Read the SP_WORDS words at the user stack pointer into w when the user
+ * registers regs are a system call's (or an exception's that has an error
+ * code, a page fault's, which user space tells apart); returns the bytes
+ * read, 0 if none. Only where a user stack is taken: it is for that
+ * stack's caller of frame 0 (see struct hl_sample). */
+static __always_inline __u32 read_sp_words(struct pt_regs *regs, __u64 *w)
+{
+	if (!regs || (__s64)regs->orig_ax < 0)
+		return 0;
+	if (bpf_probe_read_user(w, SP_WORDS * sizeof(__u64), (void *)regs->sp))
+		return 0;
+	return SP_WORDS * sizeof(__u64);
+}
+
+/* Take the current task's stacks into s, as a sample of vital needs them:
+ * the kernel stack, then the user stack after it and the words at its
+ * stack pointer, when the task has a user space. A page fault (umem) is
+ * never in a system call. */
+static __always_inline void take_stacks(void *ctx, struct hl_sample *s, struct task_struct *task, __u32 vital)
+{
+	if (vital_kstack(vital))
 		s->kstack_bytes = bpf_get_stack(ctx, s->stack, MAX_STACK * sizeof(__u64), 0);
-	if (task->mm)
-		s->ustack_bytes = bpf_get_stack(ctx, ustack_at(s), MAX_STACK * sizeof(__u64), BPF_F_USER_STACK);
+	if (!task->mm)
+		return;
+	s->ustack_bytes = bpf_get_stack(ctx, ustack_at(s), MAX_STACK * sizeof(__u64), BPF_F_USER_STACK);
+	if (s->ustack_bytes > 0 && vital != VITAL_UMEM)
+		s->sp_bytes = read_sp_words((struct pt_regs *)bpf_task_pt_regs(task), sp_words_at(s));
 }
 
 /* Copy a user stack taken earlier (n bytes of frames, or an error) into s,
- * after its kernel stack. */
-static __always_inline void put_ustack(struct hl_sample *s, const __u64 *frames, __s32 n)
+ * after its kernel stack, with the words at its stack pointer (sp bytes of
+ * them, as read_sp_words read them). */
+static __always_inline void put_ustack(struct hl_sample *s, const __u64 *frames, __s32 n,
+				       const __u64 *words, __u32 sp)
 {
 	s->ustack_bytes = n;
-	if (n > 0) {
-		if (n > MAX_STACK * sizeof(__u64))
-			n = MAX_STACK * sizeof(__u64);
-		bpf_probe_read_kernel(ustack_at(s), n, frames);
-	}
+	if (n <= 0)
+		return;
+	if (n > MAX_STACK * sizeof(__u64))
+		n = MAX_STACK * sizeof(__u64);
+	bpf_probe_read_kernel(ustack_at(s), n, frames);
+	if (sp == SP_WORDS * sizeof(__u64) && bpf_probe_read_kernel(sp_words_at(s), sp, words) == 0)
+		s->sp_bytes = sp;
 }
 
 /* Send s, as long as its stacks, and give its scratch back. */
@@ -789,13 +837,16 @@ static __always_inline void sample_submit(struct hl_sample *s, __u32 vital, stru
 	struct hl_stats *st = stats_of(v->copy, vital);
 	__u64 k = s->kstack_bytes > 0 ? s->kstack_bytes : 0;
 	__u64 u = s->ustack_bytes > 0 ? s->ustack_bytes : 0;
+	__u64 w = s->sp_bytes;
 	__u64 size;
 
 	if (k > MAX_STACK * sizeof(__u64))
 		k = MAX_STACK * sizeof(__u64);
 	if (u > MAX_STACK * sizeof(__u64))
 		u = MAX_STACK * sizeof(__u64);
-	size = SAMPLE_HEADER_BYTES + k + u;
+	if (w > SP_WORDS * sizeof(__u64))
+		w = SP_WORDS * sizeof(__u64);
+	size = SAMPLE_HEADER_BYTES + k + u + w;
 	if (size > sizeof(*s))
 		size = sizeof(*s);
 	if (st) {
@@ -832,7 +883,7 @@ static __always_inline struct hl_sample *current_event(void *ctx, struct hl_cont
 	if (!s)
 		return NULL;
 	ident_from_current(s, task);
-	take_stacks(ctx, s, task, vital_kstack(vital));
+	take_stacks(ctx, s, task, vital);
 	return s;
 }
 

@@ -89,7 +89,7 @@ int BPF_PROG(vital_sys_last, struct task_struct *p, bool group_dead)
 	if (!s)
 		return 0;
 	ident_from_current(s, p);
-	take_stacks(ctx, s, p, false);
+	take_stacks(ctx, s, p, VITAL_SYSCALL);
 	s->f[0] = nr;
 	s->f[1] = (code >> 8) & 0xff;
 	sample_submit(s, VITAL_SYSCALL, &v);

@@ -96,11 +96,13 @@ func TestPlantedIncidentsRankFirst(t *testing.T) {
 			}
 			rank := slices.IndexFunc(ours, func(i incident.Incident) bool { return planted.Names(i, in.Culprit) }) + 1
 			// A process blocked in a C library's system call wrapper
-			// (recv) is often unwound without its own frames: the
-			// wrapper keeps no frame pointer, so the walk skips its
-			// caller. Such an incident names the culprit by its process
-			// only; it counts here, said in the log (issue 23: the
-			// planted suite does not count it).
+			// (recv) may have blocking samples with no frame of its own:
+			// one whose stack was last taken elsewhere moments before
+			// (preempted in write; bpf/sched.bpf.h retakes it at most
+			// every 10 ms) carries only its site, the wrapper. Such an
+			// incident names the culprit by its process only; it counts
+			// here, said in the log (issue 23: the planted suite does
+			// not count it).
 			if rank == 0 && c == planted.SlowPeer {
 				if k := slices.IndexFunc(ours, func(i incident.Incident) bool {
 					return i.Culprit != nil && filepath.Base(i.Culprit.Exe) == filepath.Base(in.Program) &&

@@ -197,9 +197,10 @@ func ClassifyAllocation(kernel *Stack) Memory {
 // the innermost frame in the process's executable, else the innermost
 // named frame outside the C library and the dynamic loader, else the
 // innermost named one; "" when no frame has a name. Frame-pointer unwinding
-// loses the caller of a library function that keeps no frame pointer (a
-// system call's wrapper in glibc), so the function found is often that
-// caller's caller.
+// loses the caller of a library function that keeps no frame pointer, so
+// the function found may be that caller's caller; the recorder puts the
+// caller back for a system call's wrapper (internal/recorder's
+// wrapperCaller), not for other library functions.
 func OwnFunction(st *Stack, exe string) string {
 	if st == nil {
 		return ""

@@ -218,10 +218,14 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, counts, e
 }
 
 // sampleSize is the longest record; a record is as long as its stacks
-// (struct hl_sample in bpf/sketch.h), at least sampleHeader.
+// (struct hl_sample in bpf/sketch.h), at least sampleHeader. A stack has
+// at most maxStack frames, and spWords words at the user stack pointer
+// may follow the user stack's.
 const (
 	sampleSize   = int(unsafe.Sizeof(vitalsHlSample{}))
 	sampleHeader = int(unsafe.Offsetof(vitalsHlSample{}.Stack))
+	maxStack     = len(vitalsIoStacks{}.Ustack)
+	spWords      = len(vitalsIoStacks{}.SpWords)
 )
 
 func sampleGen(raw []byte) uint64 {
@@ -241,7 +245,8 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	var s vitalsHlSample
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize), raw)
 	nk, nu := frames(s.KstackBytes), frames(s.UstackBytes)
-	if sampleHeader+8*(nk+nu) > len(raw) {
+	nw := min(int(s.SpBytes)/8, spWords)
+	if sampleHeader+8*(nk+nu+nw) > len(raw) {
 		r.countLate()
 		return
 	}
@@ -274,12 +279,12 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		out.KStackID = ep.addStack(r.kernelStack(untilLoop(s.Stack[:nk])))
 	}
 	if nu > 0 {
-		addrs := untilLoop(s.Stack[nk : nk+nu])
-		if st := userStack(r.procs.ResolveImage(s.Pid, img, addrs), img); len(st.Frames) > 0 {
+		addrs, words := untilLoop(s.Stack[nk:nk+nu]), s.Stack[nk+nu:nk+nu+nw]
+		if st := r.userStack(s.Pid, img, addrs, words); len(st.Frames) > 0 {
 			out.UStackID = ep.addStack(st)
 		}
 		if out.Exe == "[exited]" && img.Ino != 0 {
-			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs)})
+			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs), slices.Clone(words)})
 		}
 	}
 	ep.samples = ep.cap.added(v, s.Label, append(ep.samples, out))
@@ -293,6 +298,7 @@ type unresolved struct {
 	pid    uint32
 	img    symbol.Image
 	addrs  []uint64
+	words  []uint64 // at the user stack pointer
 }
 
 // sampleKey tells an epoch's samples apart: the cap may have moved or
@@ -336,7 +342,7 @@ func (r *Recorder) resolveLate(ep *epochState) {
 		}
 		s := &ep.samples[i]
 		s.Exe = exe
-		if st := userStack(r.procs.ResolveImage(u.pid, u.img, u.addrs), u.img); len(st.Frames) > 0 {
+		if st := r.userStack(u.pid, u.img, u.addrs, u.words); len(st.Frames) > 0 {
 			s.UStackID = ep.addStack(st)
 		}
 	}
@@ -365,7 +371,7 @@ func frames(nbytes int32) int {
 	if nbytes <= 0 {
 		return 0
 	}
-	return min(int(nbytes)/8, len(vitalsHlSample{}.Stack)/2)
+	return min(int(nbytes)/8, maxStack)
 }
 
 func cString(b []int8) string {
@@ -439,7 +445,14 @@ func makeStack(kind string, fr []symbol.Frame) store.Stack {
 	return buildStack(kind, text, fr)
 }
 
-// userStack is a user stack's frames as text that does not change from
+// userStack is the user stack of process pid (running img) whose
+// frame-pointer walk is addrs, with its wrapper's caller (wrapperCaller;
+// words are the words at its stack pointer), symbolized (userFrames).
+func (r *Recorder) userStack(pid uint32, img symbol.Image, addrs, words []uint64) store.Stack {
+	return userFrames(r.procs.ResolveImage(pid, img, r.wrapperCaller(pid, img, addrs, words)), img)
+}
+
+// userFrames is a user stack's frames as text that does not change from
 // one process of a program to the next, so that a thousand runs of one
 // program make one stack, not a thousand: a frame without a symbol is
 // named by its file and its offset in it ("libfoo.so+0x1a2b"), or, when
@@ -448,7 +461,7 @@ func makeStack(kind string, fr []symbol.Frame) store.Stack {
 // ("[mmap]-0x1a2b"), as labels are. A walk that reaches an address no
 // user code can have (a frame-pointer chain through code built without
 // them) stops there.
-func userStack(fr []symbol.Frame, img symbol.Image) store.Stack {
+func userFrames(fr []symbol.Frame, img symbol.Image) store.Stack {
 	text := make([]string, 0, len(fr))
 	for _, f := range fr {
 		a := f.Addr

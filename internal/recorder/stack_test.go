@@ -23,8 +23,8 @@ func TestUserStackSurvivesASLR(t *testing.T) {
 			{Addr: base + 0x4410}, // never reached
 		}, symbol.Image{StartCode: base, MmapBase: mmap}
 	}
-	a := userStack(frames(0x55d000000000, 0x7f1200000000))
-	b := userStack(frames(0x563400000000, 0x7fa900000000))
+	a := userFrames(frames(0x55d000000000, 0x7f1200000000))
+	b := userFrames(frames(0x563400000000, 0x7fa900000000))
 	want := []string{"libz.so.1+0x2120", "main", "[exe]+0x8888", "[mmap]-0x340000"}
 	if !slices.Equal(a.Frames, want) || len(a.Modules) != len(want) {
 		t.Errorf("frames %q (modules %q), want %q", a.Frames, a.Modules, want)

@@ -59,7 +59,9 @@ type vitalsHlSample struct {
 	F           [8]uint64
 	KstackBytes int32
 	UstackBytes int32
-	Stack       [128]uint64
+	SpBytes     uint32
+	Pad         uint32
+	Stack       [136]uint64
 }
 
 type vitalsHlStats struct {
@@ -87,8 +89,11 @@ type vitalsIoStacks struct {
 	_           structs.HostLayout
 	KstackBytes int32
 	UstackBytes int32
+	SpBytes     uint32
+	Pad         uint32
 	Kstack      [64]uint64
 	Ustack      [64]uint64
+	SpWords     [8]uint64
 }
 
 type vitalsIoState struct {
@@ -138,7 +143,8 @@ type vitalsTaskState struct {
 	SleepState  uint32
 	Preempted   uint32
 	UstackBytes int32
-	Pad         uint32
+	SpBytes     uint32
+	SpWords     [8]uint64
 	Ustack      [64]uint64
 }
 

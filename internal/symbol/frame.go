@@ -35,7 +35,7 @@ func (f Frame) String() string {
 // Named tells whether a stored frame's text names a function: not an
 // address ("0x7f12…"), "[unknown]", or a place in a file or a program
 // without a symbol ("libc.so.6+0x1a2b", "[exe]+0x1a2b", "[mmap]-0x1a2b":
-// internal/recorder's userStack).
+// internal/recorder's userFrames).
 func Named(frame string) bool {
 	return frame != "" && frame != "[unknown]" && !strings.HasPrefix(frame, "0x") &&
 		!strings.Contains(frame, "+0x") && !strings.HasPrefix(frame, "[mmap]-0x")

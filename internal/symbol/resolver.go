@@ -27,6 +27,10 @@ const (
 	// maxImages bounds the executables whose last process's layout is kept
 	// to symbolize processes of theirs that are gone (ResolveImage).
 	maxImages = 256
+	// maxCodeSites bounds the places in mapped files whose code CodeBefore
+	// keeps: return addresses and system call sites, a few per function
+	// that makes system calls.
+	maxCodeSites = 4096
 	// defaultRereadInterval is the minimum time between two re-reads of the maps of one process
 	// triggered by unmapped addresses. It keeps garbage frames (common with frame-pointer unwinding
 	// through code built without frame pointers) from re-reading the maps on every stack.
@@ -65,6 +69,8 @@ type Resolver struct {
 	// images are, per executable, the last process of it resolved while it
 	// existed, with its layout (ResolveImage).
 	images *lru[imageKey, *image]
+	// code is the code before places in mapped files (CodeBefore).
+	code *lru[codeSite, []byte]
 	// elfBytes is the estimated size of the ELF cache's parsed tables.
 	elfBytes int
 
@@ -83,6 +89,13 @@ type fileKey struct {
 }
 
 type imageKey struct{ dev, ino uint64 }
+
+// codeSite is the code before an offset in a mapped file, n bytes of it.
+type codeSite struct {
+	file fileKey
+	off  uint64
+	n    int
+}
 
 // image is a process that ran an executable, kept with where its code sat.
 type image struct {
@@ -123,6 +136,7 @@ func NewResolver(procRoot string) *Resolver {
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
 		files:          newLRU[fileKey, string](maxELFFiles),
 		images:         newLRU[imageKey, *image](maxImages),
+		code:           newLRU[codeSite, []byte](maxCodeSites),
 	}
 	r.elfs.onEvict = func(_ string, e *elfEntry) { r.elfBytes -= e.size }
 	return r
@@ -134,47 +148,84 @@ func NewResolver(procRoot string) *Resolver {
 // Frame's Func shares memory with the cache's names of its file: a caller
 // that keeps it copies it (strings.Clone).
 func (r *Resolver) Resolve(pid uint32, addrs []uint64) []Frame {
-	frames, _ := r.resolveLive(pid, addrs)
-	return frames
+	return r.ResolveImage(pid, Image{}, addrs)
 }
 
-// resolveLive is Resolve; it also returns the process when it exists
-// (its lock not held).
-func (r *Resolver) resolveLive(pid uint32, addrs []uint64) ([]Frame, *process) {
-	frames := make([]Frame, len(addrs))
+// placed is an address found in a mapping: addrs[i] of place's caller,
+// at addr in the process whose mapping m is.
+type placed struct {
+	i    int
+	m    *mapping
+	addr uint64
+}
+
+// place finds the mappings addrs lie in, for ResolveImage and CodeBefore:
+// in pid's own while it exists (its maps read again, at most once, for an
+// address not mapped when they were read, if reread), else, for a process
+// of img that is gone, in the last process of its program seen. It
+// returns the process whose mappings those are, its lock held, or nil.
+func (r *Resolver) place(pid uint32, img Image, addrs []uint64, reread bool) (*process, []placed) {
+	if p := r.process(pid); p != nil {
+		if found, ok := r.placeLive(p, addrs, reread); ok {
+			if img.Ino != 0 && img.MmapBase != 0 {
+				r.remember(imageKey{img.Dev, img.Ino}, p, img)
+			}
+			p.mu.Lock()
+			return p, found
+		}
+	}
+	if img.Ino == 0 || img.MmapBase == 0 || len(addrs) == 0 {
+		return nil, nil
+	}
+	r.mu.Lock()
+	im, ok := r.images.get(imageKey{img.Dev, img.Ino})
+	r.mu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	im.p.mu.Lock()
+	var found []placed
 	for i, a := range addrs {
-		frames[i].Addr = a
+		// In the executable's text by start_code, anywhere else by mmap_base.
+		at := a - img.StartCode + im.layout.StartCode
+		m := findMapping(im.p.maps, at)
+		if m == nil || m.inode != img.Ino {
+			at = a - img.MmapBase + im.layout.MmapBase
+			m = findMapping(im.p.maps, at)
+		}
+		if m != nil {
+			found = append(found, placed{i, m, at})
+		}
 	}
-	p := r.process(pid)
-	if p == nil {
-		return frames, nil
-	}
+	return im.p, found
+}
+
+// placeLive is place in live process p (its lock taken and given back);
+// false when p is gone or changed.
+func (r *Resolver) placeLive(p *process, addrs []uint64, reread bool) ([]placed, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := r.ensureLoaded(p); err != nil {
 		r.forget(p)
-		return frames, nil
+		return nil, false
 	}
-	reread := false
+	var found []placed
 	for i, a := range addrs {
 		m := findMapping(p.maps, a)
-		if m == nil && !reread && plausibleUserAddr(a) && time.Since(p.lastRead) >= r.rereadInterval {
+		if m == nil && reread && plausibleUserAddr(a) && time.Since(p.lastRead) >= r.rereadInterval {
 			// The process may have mapped something since the maps were cached.
-			reread = true
+			reread = false
 			if err := r.reload(p); err != nil {
 				r.forget(p)
-				for j := range frames {
-					frames[j] = Frame{Addr: addrs[j]}
-				}
-				return frames, nil
+				return nil, false
 			}
 			m = findMapping(p.maps, a)
 		}
 		if m != nil {
-			frames[i] = r.resolveIn(p, m, a)
+			found = append(found, placed{i, m, a})
 		}
 	}
-	return frames, p
+	return found, true
 }
 
 // Image is where a process's code sits, as the recorder's samples say it:
@@ -198,34 +249,69 @@ type Image struct {
 // symbolized without reading anything, if a process of its program was
 // seen before.
 func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
-	frames, p := r.resolveLive(pid, addrs)
-	key := imageKey{img.Dev, img.Ino}
-	if p != nil {
-		if img.Ino != 0 && img.MmapBase != 0 {
-			r.remember(key, p, img)
-		}
-		return frames
-	}
-	if img.Ino == 0 || img.MmapBase == 0 || len(addrs) == 0 {
-		return frames
-	}
-	r.mu.Lock()
-	im, ok := r.images.get(key)
-	r.mu.Unlock()
-	if !ok {
-		return frames
-	}
-	im.p.mu.Lock()
-	defer im.p.mu.Unlock()
+	frames := make([]Frame, len(addrs))
 	for i, a := range addrs {
-		if m := findMapping(im.p.maps, a-img.StartCode+im.layout.StartCode); m != nil && m.inode == img.Ino {
-			frames[i] = r.resolveIn(im.p, m, a-img.StartCode+im.layout.StartCode)
-		} else if m := findMapping(im.p.maps, a-img.MmapBase+im.layout.MmapBase); m != nil {
-			frames[i] = r.resolveIn(im.p, m, a-img.MmapBase+im.layout.MmapBase)
-		}
 		frames[i].Addr = a
 	}
+	p, found := r.place(pid, img, addrs, true)
+	if p == nil {
+		return frames
+	}
+	defer p.mu.Unlock()
+	for _, f := range found {
+		frames[f.i] = r.resolveIn(p, f.m, f.addr)
+		frames[f.i].Addr = addrs[f.i]
+	}
 	return frames
+}
+
+// CodeBefore returns, for each of addrs of process pid (which runs img, as
+// for ResolveImage), the n bytes of code that end at it, read from the
+// file mapped there; fewer where the mapping begins less than n bytes
+// before it, and none for an address that is not in an executable mapping
+// of a file, or whose file cannot be read. A return address's bytes end
+// with the call that pushed it; a system call's return address, with the
+// instruction that made it. Reading the files rather than the process
+// serves processes that are gone.
+func (r *Resolver) CodeBefore(pid uint32, img Image, addrs []uint64, n int) [][]byte {
+	code := make([][]byte, len(addrs))
+	p, found := r.place(pid, img, addrs, false)
+	if p == nil {
+		return code
+	}
+	defer p.mu.Unlock()
+	for _, f := range found {
+		if f.m.exec && f.m.isFile() {
+			code[f.i] = r.codeBefore(p, f.m, f.addr, n)
+		}
+	}
+	return code
+}
+
+// codeBefore is CodeBefore of one address addr in mapping m of process p
+// (whose lock is held).
+func (r *Resolver) codeBefore(p *process, m *mapping, addr uint64, n int) []byte {
+	n = int(min(uint64(n), addr-m.start))
+	site := codeSite{fileKey{m.dev, m.inode, m.name, m.deleted}, addr - m.start + m.off, n}
+	r.mu.Lock()
+	b, ok := r.code.get(site)
+	r.mu.Unlock()
+	if ok {
+		return b
+	}
+	f, err := r.openMapped(p.pid, m)
+	if err != nil {
+		return nil // not kept: another process may open it
+	}
+	defer f.Close()
+	b = make([]byte, n)
+	if _, err := f.ReadAt(b, int64(site.off)-int64(n)); err != nil {
+		return nil
+	}
+	r.mu.Lock()
+	r.code.add(site, b)
+	r.mu.Unlock()
+	return b
 }
 
 // remember makes live process p the image's reference, unless the one it

@@ -1,0 +1,137 @@
+package recorder
+
+import (
+	"encoding/binary"
+	"slices"
+
+	"github.com/holter-dev/holter/internal/symbol"
+)
+
+// longestCall is the length of the longest call instruction afterCall
+// knows: ff /2 with a SIB byte and a 32-bit displacement.
+const longestCall = 7
+
+// wrapperCaller gives back addrs, the frame-pointer walk of a user stack,
+// with frame 0's caller put in as frame 1 when the walk lost it: when
+// frame 0 returns from a system call (the code before it is a syscall
+// instruction) in a function that keeps no frame pointer, as the C
+// library's wrappers do, the walk went on from the caller's frame pointer
+// to the caller's caller, or stopped when the wrapper had the frame
+// pointer's register in use. words are the words at the stack pointer
+// then (struct hl_sample in bpf/sketch.h); the caller's return address is
+// the first of them that is one (in an executable mapping, after a call
+// instruction) and whose call could have led to frame 0 (callerAmong).
+// The code is read from the mapped files, which serves processes that are
+// gone.
+func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []uint64) []uint64 {
+	if len(addrs) == 0 || len(words) == 0 {
+		return addrs
+	}
+	code := r.procs.CodeBefore(pid, img, append([]uint64{addrs[0]}, words...), longestCall)
+	if !afterSyscall(code[0]) {
+		return addrs
+	}
+	var rets, targets []uint64
+	for i, w := range words {
+		if afterCall(code[i+1]) {
+			rets = append(rets, w)
+			targets = append(targets, callTarget(w, code[i+1]))
+		}
+	}
+	if len(rets) == 0 {
+		return addrs
+	}
+	fr := r.procs.ResolveImage(pid, img, append([]uint64{addrs[0]}, targets...))
+	next := uint64(0)
+	if len(addrs) > 1 {
+		next = addrs[1]
+	}
+	if c, ok := callerAmong(rets, fr[0], fr[1:], next); ok {
+		return slices.Insert(slices.Clone(addrs), 1, c)
+	}
+	return addrs
+}
+
+// callerAmong picks frame 0's caller from rets, the return addresses among
+// the words at the stack pointer, in order, whose calls went to targets
+// (a direct call's target resolved, an indirect call's empty): the first
+// whose call could have led to frame0, unless that is next, the walk's
+// frame 1 already (frame 0's function keeps a frame pointer). A direct
+// call to the start of a named function other than frame 0's is a return
+// address left on the stack by an earlier call; one into the program's
+// procedure linkage table (no symbol) or to frame 0's function is the
+// caller's.
+func callerAmong(rets []uint64, frame0 symbol.Frame, targets []symbol.Frame, next uint64) (uint64, bool) {
+	for i, r := range rets {
+		if r == next {
+			return 0, false
+		}
+		if t := targets[i]; t.Addr != 0 && t.Func != "" && t.Offset == 0 && t.Func != frame0.Func {
+			continue
+		}
+		return r, true
+	}
+	return 0, false
+}
+
+// callTarget is where the direct call before return address ret (code
+// the bytes before it, as afterCall takes them) goes; 0 for any other.
+func callTarget(ret uint64, code []byte) uint64 {
+	n := len(code)
+	if n < 5 || code[n-5] != 0xe8 {
+		return 0
+	}
+	return ret + uint64(int64(int32(binary.LittleEndian.Uint32(code[n-4:]))))
+}
+
+// afterSyscall tells whether code ends with a syscall instruction (0f 05).
+func afterSyscall(code []byte) bool {
+	n := len(code)
+	return n >= 2 && code[n-2] == 0x0f && code[n-1] == 0x05
+}
+
+// afterCall tells whether code ends with a call instruction: a direct call
+// (e8 rel32), or an indirect one (ff /2) through a register or through
+// memory in any of its addressing forms.
+func afterCall(code []byte) bool {
+	n := len(code)
+	if n >= 5 && code[n-5] == 0xe8 {
+		return true
+	}
+	for l := 2; l <= min(n, longestCall); l++ {
+		if code[n-l] == 0xff && indirectCallLen(code[n-l+1:]) == l {
+			return true
+		}
+	}
+	return false
+}
+
+// indirectCallLen is the length of the instruction ff /2 whose ModRM byte
+// and what follows it are rest, as its ModRM (and SIB) bytes say; 0 when it
+// is not a call (the ModRM's reg field is not 2) or rest is too short to
+// tell.
+func indirectCallLen(rest []byte) int {
+	if len(rest) == 0 || rest[0]>>3&7 != 2 {
+		return 0
+	}
+	mod, rm := rest[0]>>6, rest[0]&7
+	n := 2
+	if mod != 3 && rm == 4 { // a SIB byte follows
+		if len(rest) < 2 {
+			return 0
+		}
+		n++
+		if mod == 0 && rest[1]&7 == 5 { // no base: a 32-bit displacement
+			n += 4
+		}
+	}
+	switch {
+	case mod == 0 && rm == 5: // RIP-relative
+		n += 4
+	case mod == 1:
+		n++
+	case mod == 2:
+		n += 4
+	}
+	return n
+}
