@@ -24,8 +24,13 @@
  * again pays for one unwind, and one that moves between sites at every
  * switch (a Go thread parking in its scheduler from one of several places,
  * a CPU hog preempted by a storm of kernel workers) for one every
- * USTACK_REFRESH_NS rather than one a switch. A task preempted while
- * running is somewhere new each time; its sample has the last stack taken.
+ * USTACK_REFRESH_NS rather than one a switch. One sleep may come sooner:
+ * when the stack kept was taken at a preemption, a sleep at another site
+ * takes its own (a task preempted as it wakes its peer and then waiting
+ * for the answer would otherwise show the wait without its caller), so a
+ * task pays for at most two unwinds every USTACK_REFRESH_NS. A task
+ * preempted while running is somewhere new each time; its sample has the
+ * last stack taken.
  * A sleeping task's sample has its stack when it was taken at this sleep's
  * site, else only the site itself, one frame (ustack_bytes 8), so that a
  * sleep is never given another site's stack. The kernel stack of a
@@ -54,6 +59,8 @@ struct task_state {
 	__u32 preempted;
 	__s32 ustack_bytes;
 	__u32 sp_bytes;     /* of sp_words, read with the user stack */
+	__u32 ustack_slept; /* the user stack was taken going to sleep */
+	__u32 pad;
 	__u64 sp_words[SP_WORDS];
 	__u64 ustack[MAX_STACK];
 };
@@ -140,6 +147,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	struct task_state *ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	struct pt_regs *regs;
 	__u64 ip = 0, sp = 0, key = 0;
+	bool sleeping = prev_state != TASK_RUNNING_STATE;
 	__s64 nr = -1;
 
 	if (!ts)
@@ -159,11 +167,13 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 		ts->ustack_bytes = 0;
 		ts->ustack_key = 0;
 	} else if (ts->ustack_bytes <= 0 ||
-		   (key != ts->ustack_key && now - ts->ustack_ts >= USTACK_REFRESH_NS)) {
+		   (key != ts->ustack_key && (now - ts->ustack_ts >= USTACK_REFRESH_NS ||
+					      (sleeping && !ts->ustack_slept)))) {
 		ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
 		ts->sp_bytes = ts->ustack_bytes > 0 ? read_sp_words(regs, ts->sp_words) : 0;
 		ts->ustack_key = key;
 		ts->ustack_ts = now;
+		ts->ustack_slept = sleeping;
 	}
 	if (prev_state == TASK_RUNNING_STATE) {
 		ts->preempted = 1;

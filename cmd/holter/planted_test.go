@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,23 +94,6 @@ func TestPlantedIncidentsRankFirst(t *testing.T) {
 				lines = append(lines, fmt.Sprintf("  %d. [%.2f %s] %s%s", i.Rank, i.Severity, i.Resource, i.Summary, culprit))
 			}
 			rank := slices.IndexFunc(ours, func(i incident.Incident) bool { return planted.Names(i, in.Culprit) }) + 1
-			// A process blocked in a C library's system call wrapper
-			// (recv) may have blocking samples with no frame of its own:
-			// one whose stack was last taken elsewhere moments before
-			// (preempted in write; bpf/sched.bpf.h retakes it at most
-			// every 10 ms) carries only its site, the wrapper. Such an
-			// incident names the culprit by its process only; it counts
-			// here, said in the log (issue 23: the planted suite does
-			// not count it).
-			if rank == 0 && c == planted.SlowPeer {
-				if k := slices.IndexFunc(ours, func(i incident.Incident) bool {
-					return i.Culprit != nil && filepath.Base(i.Culprit.Exe) == filepath.Base(in.Program) &&
-						!slices.ContainsFunc(i.Culprit.User, func(f string) bool { return f != "" && f != i.Culprit.Function })
-				}); k >= 0 {
-					rank = k + 1
-					t.Logf("%s: the culprit's process %s is named, its function is not (its stack: %v)", c, filepath.Base(in.Program), ours[k].Culprit.User)
-				}
-			}
 			t.Logf("%s in %s (%s): rank %d among this test's incidents\n%s", c, in.Culprit, in.Params, rank, strings.Join(lines[:min(len(lines), 8)], "\n"))
 			if rank != 1 {
 				t.Errorf("the culprit %s is ranked %d among this test's incidents, want 1", in.Culprit, rank)

@@ -144,6 +144,8 @@ type vitalsTaskState struct {
 	Preempted   uint32
 	UstackBytes int32
 	SpBytes     uint32
+	UstackSlept uint32
+	Pad         uint32
 	SpWords     [8]uint64
 	Ustack      [64]uint64
 }
