@@ -63,7 +63,7 @@ func (a *api) flameExport(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="holter-%s.pb.gz"`, ans.Vital))
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, queryErrorCode(w, err, http.StatusInternalServerError), err.Error())
 		return
 	}
 	w.Write(buf.Bytes())

@@ -20,7 +20,7 @@ import (
 // past its time a 504 that says so, and an answer past the row limit is
 // cut and marked, its numbers exact.
 func TestQueryLimitsOverHTTP(t *testing.T) {
-	st, err := store.Open(t.TempDir(), &store.Options{MaxQueries: 1, QueryTimeout: 3 * time.Second, MaxResultRows: 10})
+	st, err := store.Open(t.TempDir(), &store.Options{MaxQueries: 1, QueryTimeout: 8 * time.Second, MaxResultRows: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +56,26 @@ func TestQueryLimitsOverHTTP(t *testing.T) {
 	if busy.StatusCode != http.StatusServiceUnavailable || busy.Header.Get("Retry-After") == "" {
 		t.Errorf("a query while the store is busy: %d, Retry-After %q: %s", busy.StatusCode, busy.Header.Get("Retry-After"), busyBody)
 	}
+	// Every endpoint that reads the store says so alike (the UI asks
+	// again when told), at once while the slot is still held.
+	var others sync.WaitGroup
+	for _, path := range []string{"/api/latency-graph?service=s&operation=o", "/api/traces/a1b2c3d4000000000000000000000001/path", "/metrics", "/api/findings?from=0&to=1"} {
+		others.Add(1)
+		go func() {
+			defer others.Done()
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+				t.Errorf("GET %s while the store is busy: %d, Retry-After %q: %s", path, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+			}
+		}()
+	}
+	others.Wait()
 	wg.Wait()
 	if slow.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(slowBody), "--query-timeout") {
 		t.Errorf("an endless query: %d %s, want 504 naming the time limit", slow.StatusCode, slowBody)

@@ -29,7 +29,7 @@ func registerRequests(mux *http.ServeMux, opts Options) {
 		case errors.Is(err, requests.ErrNoTrace):
 			writeError(w, http.StatusNotFound, err.Error())
 		case err != nil:
-			writeError(w, errorCode(err, http.StatusInternalServerError), err.Error())
+			writeError(w, queryErrorCode(w, err, http.StatusInternalServerError), err.Error())
 		default:
 			writeJSON(w, http.StatusOK, p)
 		}
@@ -61,7 +61,7 @@ func registerRequests(mux *http.ServeMux, opts Options) {
 		}
 		g, err := requests.BuildGraph(r.Context(), spans, wl)
 		if err != nil {
-			writeError(w, errorCode(err, http.StatusInternalServerError), err.Error())
+			writeError(w, queryErrorCode(w, err, http.StatusInternalServerError), err.Error())
 			return
 		}
 		if q.Get("format") == "dot" {
@@ -77,7 +77,7 @@ func registerRequests(mux *http.ServeMux, opts Options) {
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		var buf bytes.Buffer
 		if err := requests.WriteMetrics(r.Context(), store.Plain(opts.Store), &buf); err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			writeError(w, queryErrorCode(w, err, http.StatusInternalServerError), err.Error())
 			return
 		}
 		if opts.Metrics != nil {
