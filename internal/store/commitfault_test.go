@@ -106,3 +106,19 @@ func TestOutOfMemoryMayBeGivenAgain(t *testing.T) {
 		t.Errorf("a small epoch after the out-of-memory: %v", err)
 	}
 }
+
+// TestOutOfMemoryMessages: DuckDB's words for its memory limit, as its
+// appender, its queries and its commits give them, are out-of-memory
+// errors (held and given again), and an I/O failure is not one.
+func TestOutOfMemoryMessages(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"append to samples: could not allocate block of size 256.0 KiB (122.5 MiB/122.0 MiB used)":                                      true,
+		"commit epoch 47: TransactionContext Error: Failed to commit: failed to pin block of size 256.0 KiB (121.8 MiB/122.0 MiB used)": true,
+		"Out of Memory Error: failed to allocate data of size 4.0 MiB (120.1 MiB/122.0 MiB used)":                                       true,
+		"IO Error: Could not write file \"holter.duckdb.wal\": No space left on device":                                                 false,
+	} {
+		if got := outOfMemory(errors.New(msg)); got != want {
+			t.Errorf("outOfMemory(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -489,11 +489,18 @@ func (s *Store) refault(kind string) {
 	}
 }
 
-// outOfMemory tells DuckDB's "could not allocate" and "Out of Memory"
-// errors, which its appender also returns as plain text.
+// outOfMemory tells DuckDB's errors of its memory limit, which its
+// appender returns as plain text and a commit wraps in a TransactionContext
+// Error ("Failed to commit: failed to pin block of size 256.0 KiB (121.8
+// MiB/122.0 MiB used)").
 func outOfMemory(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "could not allocate block") || strings.Contains(msg, "Out of Memory Error")
+	for _, s := range []string{"could not allocate block", "failed to pin block", "Out of Memory Error"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // storageFault says what kind of storage failure err is, or "" when it is
