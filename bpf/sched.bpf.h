@@ -101,6 +101,7 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	struct mm_struct *mm = task->mm;
 	__u64 who = who_word(mm && mm->exe_file ? mm->exe_file->f_inode->i_ino : 0, BPF_CORE_READ(task, cred, uid.val));
 	__u64 site = stable_addr(mm, ts->site);
+	__u64 proc = proc_key(mm);
 	__u64 w1 = kthread_word(task);
 	__u32 weight = us_weight(interval_ns);
 	struct hot_slot *h;
@@ -111,9 +112,9 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	if (vital == VITAL_SCHED)
 		site &= ~0xffULL;
 	st = stats_of(ctl->gen & 1, vital);
-	if (!st || count_event(st, &h, proc_key(mm), site ^ w1, 0, weight))
+	if (!st || count_event(st, &h, proc, site ^ w1, 0, weight))
 		return;
-	if (!sketch_event(ctl, vital, st, h, proc_key(mm), site ^ w1, 0, site, w1, who, weight, &v) || !v.sampled)
+	if (!sketch_event(ctl, vital, st, h, proc, site ^ w1, 0, site, w1, who, weight, &v) || !v.sampled)
 		return;
 	s = sample_begin(&v, vital, site, w1, who, weight);
 	if (!s)
@@ -241,7 +242,7 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 	struct hl_control *ctl = get_control();
 	__u64 now;
 
-	if (!ctl || !(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
+	if (!(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
 		return 0;
 	run_stats(ctl, vital_enabled(ctl, VITAL_SCHED) ? VITAL_SCHED : VITAL_BLCK);
 	now = task_rq_clock(prev);

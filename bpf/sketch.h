@@ -153,12 +153,9 @@ struct hl_sample {
 
 #define SAMPLE_HEADER_BYTES (sizeof(struct hl_sample) - 2 * MAX_STACK * sizeof(__u64))
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct hl_control);
-} control SEC(".maps");
+/* A global variable (.bss), not a map value: a program reaches it by its
+ * address, with no lookup and no null check on every event. */
+struct hl_control control;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -341,13 +338,12 @@ struct verdict {
 
 static __always_inline struct hl_control *get_control(void)
 {
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&control, &zero);
+	return &control;
 }
 
 static __always_inline bool vital_enabled(struct hl_control *ctl, __u32 vital)
 {
-	return ctl && (ctl->enabled & (1u << vital));
+	return ctl->enabled & (1u << vital);
 }
 
 /* The vital is recorded and the current task is not the recorder. */
@@ -562,13 +558,19 @@ static __always_inline __u32 sketch_thinned(struct hl_control *ctl, __u32 vital,
  * 0. */
 static __always_inline __u64 stable_addr(struct mm_struct *mm, __u64 a)
 {
+	__u64 code, base;
+
 	if (!mm || !a)
 		return a;
-	if (a >= mm->start_code && a < mm->end_code)
-		return (a - mm->start_code) | (1ULL << 62);
-	if (a < mm->mmap_base)
-		return (mm->mmap_base - a) | (2ULL << 62);
-	return (a - mm->mmap_base) | (3ULL << 62);
+	/* Each field is read once: clang does not merge CO-RE loads, and
+	 * the JIT range-checks every load through mm. */
+	code = mm->start_code;
+	if (a >= code && a < mm->end_code)
+		return (a - code) | (1ULL << 62);
+	base = mm->mmap_base;
+	if (a < base)
+		return (base - a) | (2ULL << 62);
+	return (a - base) | (3ULL << 62);
 }
 
 /* A user stack pointer as a depth, the same from run to run: below the top
@@ -581,10 +583,13 @@ static __always_inline __u64 stable_addr(struct mm_struct *mm, __u64 a)
 
 static __always_inline __u64 stack_depth(struct mm_struct *mm, __u64 sp)
 {
+	__u64 top;
+
 	if (!mm)
 		return sp;
-	if (sp <= mm->start_stack && mm->start_stack - sp < MAIN_STACK_MAX)
-		return mm->start_stack - sp;
+	top = mm->start_stack;
+	if (sp <= top && top - sp < MAIN_STACK_MAX)
+		return top - sp;
 	return (sp & (OTHER_STACK_WINDOW - 1)) | (2ULL << 62);
 }
 

@@ -107,7 +107,7 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	struct hl_sample *s;
 	struct woke *w;
 	struct verdict v;
-	__u64 depth, nr, site, lat = 0;
+	__u64 proc, depth, nr, site, lat = 0;
 	__u32 weight = 1, zero = 0;
 
 	if (!vital_enabled(ctl, VITAL_SYSCALL))
@@ -119,6 +119,7 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	if (!st)
 		return 0;
 	mm = task->mm;
+	proc = proc_key(mm);
 	depth = stack_depth(mm, regs->sp) & ~0xffULL;
 	nr = regs->orig_ax;
 	site = depth ^ (nr << 48);
@@ -130,8 +131,8 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 			weight = clamp_weight(lat / 1000);
 		}
 	}
-	h = hot_slot_of(st, proc_key(mm), site);
-	if (!lat && hot_hit(h, proc_key(mm), site, 0, 1)) {
+	h = hot_slot_of(st, proc, site);
+	if (!lat && hot_hit(h, proc, site, 0, 1)) {
 		st->events++;
 		st->weight++;
 		return 0;
@@ -139,7 +140,7 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	/* Past its slot: new here, crossing a power of t, or it blocked. */
 	st->events++;
 	st->weight += weight;
-	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc_key(mm), site, 0,
+	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc, site, 0,
 			  depth, nr, current_who(task), weight, &v);
 	if (!s)
 		return 0;

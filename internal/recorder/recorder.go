@@ -404,7 +404,7 @@ func (r *Recorder) writeControl() error {
 	ctl.SchedMinNs = uint64(r.cfg.SchedMin)
 	ctl.BlckMinNs = uint64(r.cfg.BlckMin)
 	ctl.BoostMax = r.boostMax()
-	if err := r.objs.maps.Control.Update(uint32(0), &ctl, ebpf.UpdateAny); err != nil {
+	if err := r.objs.control.Set(&ctl); err != nil {
 		return fmt.Errorf("write recorder control: %w", err)
 	}
 	return nil

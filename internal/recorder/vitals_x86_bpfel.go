@@ -157,7 +157,6 @@ type vitalsWoke struct {
 const (
 	vitalsMapBoostTaken           = "boost_taken"
 	vitalsMapBoosted              = "boosted"
-	vitalsMapControl              = "control"
 	vitalsMapHcas                 = "hcas"
 	vitalsMapInflight             = "inflight"
 	vitalsMapInflightStacks       = "inflight_stacks"
@@ -184,6 +183,7 @@ const (
 	vitalsProgVitalSysExit        = "vital_sys_exit"
 	vitalsProgVitalSysLast        = "vital_sys_last"
 	vitalsProgVitalUmemFault      = "vital_umem_fault"
+	vitalsVarControl              = "control"
 	vitalsVarUnusedHlSample       = "unused_hl_sample"
 )
 
@@ -252,7 +252,6 @@ type vitalsProgramSpecs struct {
 type vitalsMapSpecs struct {
 	BoostTaken     *ebpf.MapSpec `ebpf:"boost_taken"`
 	Boosted        *ebpf.MapSpec `ebpf:"boosted"`
-	Control        *ebpf.MapSpec `ebpf:"control"`
 	Hcas           *ebpf.MapSpec `ebpf:"hcas"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	InflightStacks *ebpf.MapSpec `ebpf:"inflight_stacks"`
@@ -270,6 +269,7 @@ type vitalsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsVariableSpecs struct {
+	Control        *ebpf.VariableSpec `ebpf:"control"`
 	UnusedHlSample *ebpf.VariableSpec `ebpf:"unused_hl_sample"`
 }
 
@@ -295,7 +295,6 @@ func (o *vitalsObjects) Close() error {
 type vitalsMaps struct {
 	BoostTaken     *ebpf.Map `ebpf:"boost_taken"`
 	Boosted        *ebpf.Map `ebpf:"boosted"`
-	Control        *ebpf.Map `ebpf:"control"`
 	Hcas           *ebpf.Map `ebpf:"hcas"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	InflightStacks *ebpf.Map `ebpf:"inflight_stacks"`
@@ -313,7 +312,6 @@ func (m *vitalsMaps) Close() error {
 	return _VitalsClose(
 		m.BoostTaken,
 		m.Boosted,
-		m.Control,
 		m.Hcas,
 		m.Inflight,
 		m.InflightStacks,
@@ -332,6 +330,7 @@ func (m *vitalsMaps) Close() error {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsVariables struct {
+	Control        *ebpf.Variable `ebpf:"control"`
 	UnusedHlSample *ebpf.Variable `ebpf:"unused_hl_sample"`
 }
 
