@@ -144,8 +144,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 
 	if (!ts)
 		return;
-	regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-	if (prev->mm && regs) {
+	regs = prev->mm ? task_regs(prev) : NULL;
+	if (regs) {
 		ip = regs->ip; /* BTF pointers: plain loads, no probe-read helper */
 		sp = regs->sp;
 		nr = regs->orig_ax;

@@ -740,6 +740,31 @@ static __always_inline bool vital_kstack(__u32 vital)
 #define NR_EXECVE 59
 #define NR_EXECVEAT 322
 
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* How far a task's user registers (task_pt_regs) are from its kernel
+ * stack (task->stack): the same for every task of a kernel build (its
+ * THREAD_SIZE and padding), learnt from bpf_task_pt_regs at the first
+ * need. A helper call costs ~10 ns an event (a call and a return
+ * through the kernel's return thunk); after the first, task_regs makes
+ * none. */
+__u64 pt_regs_offset;
+
+/* The user registers of task, as bpf_task_pt_regs gives them. */
+static __always_inline struct pt_regs *task_regs(struct task_struct *task)
+{
+	__u64 off = pt_regs_offset, regs;
+
+	if (!off) {
+		regs = (__u64)bpf_task_pt_regs(task);
+		if (!regs)
+			return NULL;
+		off = regs - (__u64)task->stack;
+		pt_regs_offset = off;
+	}
+	return bpf_rdonly_cast((void *)((__u64)task->stack + off), bpf_core_type_id_kernel(struct pt_regs));
+}
+
 /* The user-space PC at which the current task entered the kernel: the
  * "site" of an event caused by a system call or fault; 0 for kernel
  * threads, and in execve, whose registers are the old program's while the
@@ -747,11 +772,15 @@ static __always_inline bool vital_kstack(__u32 vital)
 static __always_inline __u64 user_site(struct task_struct *task)
 {
 	struct pt_regs *regs;
+	__u64 nr;
 
 	if (!task->mm)
 		return 0;
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs || regs->orig_ax == NR_EXECVE || regs->orig_ax == NR_EXECVEAT)
+	regs = task_regs(task);
+	if (!regs)
+		return 0;
+	nr = regs->orig_ax;
+	if (nr == NR_EXECVE || nr == NR_EXECVEAT)
 		return 0;
 	return regs->ip;
 }

@@ -184,6 +184,7 @@ const (
 	vitalsProgVitalSysLast        = "vital_sys_last"
 	vitalsProgVitalUmemFault      = "vital_umem_fault"
 	vitalsVarControl              = "control"
+	vitalsVarPtRegsOffset         = "pt_regs_offset"
 	vitalsVarUnusedHlSample       = "unused_hl_sample"
 )
 
@@ -270,6 +271,7 @@ type vitalsMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsVariableSpecs struct {
 	Control        *ebpf.VariableSpec `ebpf:"control"`
+	PtRegsOffset   *ebpf.VariableSpec `ebpf:"pt_regs_offset"`
 	UnusedHlSample *ebpf.VariableSpec `ebpf:"unused_hl_sample"`
 }
 
@@ -331,6 +333,7 @@ func (m *vitalsMaps) Close() error {
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsVariables struct {
 	Control        *ebpf.Variable `ebpf:"control"`
+	PtRegsOffset   *ebpf.Variable `ebpf:"pt_regs_offset"`
 	UnusedHlSample *ebpf.Variable `ebpf:"unused_hl_sample"`
 }
 
