@@ -75,30 +75,28 @@ SEC("tp_btf/page_fault_user")
 int BPF_PROG(vital_umem_fault, unsigned long address, struct pt_regs *regs, unsigned long error_code)
 {
 	struct hl_control *ctl = get_control();
-	struct task_struct *task;
-	struct mm_struct *mm;
 	struct hl_sample *s;
 	struct hl_stats *st;
 	struct hot_slot *h;
+	struct on_cpu *c;
 	struct verdict v;
-	__u64 proc, ip, site;
+	__u64 ip, site;
 
 	if (!vital_enabled(ctl, VITAL_UMEM))
 		return 0;
-	task = bpf_get_current_task_btf();
-	if (task->tgid == ctl->self_tgid)
+	/* regs are the task's own: page_fault_user is a fault in user mode */
+	c = on_cpu_current(ctl, (__u64)regs, false);
+	if (!c || c->tgid == ctl->self_tgid)
 		return 0;
 	st = run_stats(ctl, VITAL_UMEM);
 	if (!st)
 		return 0;
-	mm = task->mm;
-	proc = proc_key(mm);
 	ip = regs->ip;
-	site = stable_addr(mm, ip) & ~0xffULL;
-	if (count_event(st, &h, proc, site, 0, 1))
+	site = on_cpu_stable_addr(c, ip) & ~0xffULL;
+	if (count_event(st, &h, c->proc, site, 0, 1))
 		return 0;
-	s = current_event(ctx, ctl, VITAL_UMEM, st, h, proc, site, 0,
-			  site, 0, current_who(task), 1, &v);
+	s = current_event(ctx, ctl, VITAL_UMEM, st, h, c->proc, site, 0,
+			  site, 0, current_who(bpf_get_current_task_btf()), 1, &v);
 	if (!s)
 		return 0;
 	s->f[0] = address;

@@ -83,7 +83,7 @@ func (o *objects) mapReplacements() map[string]*ebpf.Map {
 		".bss": o.globals, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
 		vitalsMapSamples: m.Samples, vitalsMapTaskStates: m.TaskStates, vitalsMapTaskMarks: m.TaskMarks,
 		vitalsMapInflight: m.Inflight, vitalsMapInflightStacks: m.InflightStacks, vitalsMapIoScratch: m.IoScratch,
-		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth, vitalsMapWoke: m.Woke,
+		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth, vitalsMapOnCpus: m.OnCpus,
 		vitalsMapBoosted: m.Boosted, vitalsMapBoostTaken: m.BoostTaken,
 	}
 }

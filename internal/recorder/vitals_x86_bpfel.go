@@ -37,6 +37,7 @@ type vitalsHlControl struct {
 	BlckMinNs  uint64
 	SelfTgid   uint32
 	BoostMax   uint32
+	OnCpuGen   uint64
 }
 
 type vitalsHlSample struct {
@@ -117,6 +118,26 @@ type vitalsIoState struct {
 	Comm      [16]int8
 }
 
+type vitalsOnCpu struct {
+	_          structs.HostLayout
+	Regs       uint64
+	Gen        uint64
+	Proc       uint64
+	StartStack uint64
+	StartCode  uint64
+	EndCode    uint64
+	Tgid       uint32
+	Pid        uint32
+	Woke       struct {
+		_       structs.HostLayout
+		Sp      uint64
+		SleptTs uint64
+		Nr      int64
+		Tid     uint32
+		Pad     uint32
+	}
+}
+
 type vitalsTaskMarks struct {
 	_         structs.HostLayout
 	LockTs    uint64
@@ -142,15 +163,6 @@ type vitalsTaskState struct {
 	Ustack      [64]uint64
 }
 
-type vitalsWoke struct {
-	_       structs.HostLayout
-	Sp      uint64
-	SleptTs uint64
-	Nr      int64
-	Tid     uint32
-	Pad     uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -161,13 +173,13 @@ const (
 	vitalsMapInflight             = "inflight"
 	vitalsMapInflightStacks       = "inflight_stacks"
 	vitalsMapIoScratch            = "io_scratch"
+	vitalsMapOnCpus               = "on_cpus"
 	vitalsMapSamples              = "samples"
 	vitalsMapScratch              = "scratch"
 	vitalsMapScratchDepth         = "scratch_depth"
 	vitalsMapStats                = "stats"
 	vitalsMapTaskMarks            = "task_marks"
 	vitalsMapTaskStates           = "task_states"
-	vitalsMapWoke                 = "woke"
 	vitalsProgVitalBlioComplete   = "vital_blio_complete"
 	vitalsProgVitalBlioInsert     = "vital_blio_insert"
 	vitalsProgVitalBlioIssue      = "vital_blio_issue"
@@ -257,13 +269,13 @@ type vitalsMapSpecs struct {
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	InflightStacks *ebpf.MapSpec `ebpf:"inflight_stacks"`
 	IoScratch      *ebpf.MapSpec `ebpf:"io_scratch"`
+	OnCpus         *ebpf.MapSpec `ebpf:"on_cpus"`
 	Samples        *ebpf.MapSpec `ebpf:"samples"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	ScratchDepth   *ebpf.MapSpec `ebpf:"scratch_depth"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TaskMarks      *ebpf.MapSpec `ebpf:"task_marks"`
 	TaskStates     *ebpf.MapSpec `ebpf:"task_states"`
-	Woke           *ebpf.MapSpec `ebpf:"woke"`
 }
 
 // vitalsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -301,13 +313,13 @@ type vitalsMaps struct {
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	InflightStacks *ebpf.Map `ebpf:"inflight_stacks"`
 	IoScratch      *ebpf.Map `ebpf:"io_scratch"`
+	OnCpus         *ebpf.Map `ebpf:"on_cpus"`
 	Samples        *ebpf.Map `ebpf:"samples"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	ScratchDepth   *ebpf.Map `ebpf:"scratch_depth"`
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TaskMarks      *ebpf.Map `ebpf:"task_marks"`
 	TaskStates     *ebpf.Map `ebpf:"task_states"`
-	Woke           *ebpf.Map `ebpf:"woke"`
 }
 
 func (m *vitalsMaps) Close() error {
@@ -318,13 +330,13 @@ func (m *vitalsMaps) Close() error {
 		m.Inflight,
 		m.InflightStacks,
 		m.IoScratch,
+		m.OnCpus,
 		m.Samples,
 		m.Scratch,
 		m.ScratchDepth,
 		m.Stats,
 		m.TaskMarks,
 		m.TaskStates,
-		m.Woke,
 	)
 }
 
