@@ -742,14 +742,14 @@ static __always_inline bool vital_kstack(__u32 vital)
 #define NR_EXECVE 59
 #define NR_EXECVEAT 322
 
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+/* Linux 6.2+; weak, so that the programs load without it (task_regs). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* How far a task's user registers (task_pt_regs) are from its kernel
  * stack (task->stack): the same for every task of a kernel build (its
  * THREAD_SIZE and padding), learnt from bpf_task_pt_regs at the first
- * need. A helper call costs ~10 ns an event (a call and a return
- * through the kernel's return thunk); after the first, task_regs makes
- * none. */
+ * need, so that task_regs needs no helper call (a call and a return
+ * through the kernel's return thunk) after it. */
 __u64 pt_regs_offset;
 
 /* The address of task's user registers, as bpf_task_pt_regs gives it;
@@ -770,8 +770,11 @@ static __always_inline __u64 task_regs_addr(struct task_struct *task)
 
 static __always_inline struct pt_regs *task_regs(struct task_struct *task)
 {
-	__u64 regs = task_regs_addr(task);
+	__u64 regs;
 
+	if (!bpf_rdonly_cast)
+		return (struct pt_regs *)bpf_task_pt_regs(task);
+	regs = task_regs_addr(task);
 	return regs ? bpf_rdonly_cast((void *)regs, bpf_core_type_id_kernel(struct pt_regs)) : NULL;
 }
 
