@@ -20,7 +20,7 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	struct hl_stats *st;
 	struct hot_slot *h;
 	struct mm_struct *mm;
-	__u64 ip, site, who;
+	__u64 proc, ip, site, who;
 	__u32 weight, pid = bpf_get_current_pid_tgid() >> 32;
 	bool kernel;
 
@@ -32,14 +32,15 @@ int vital_cpu(struct bpf_perf_event_data *ctx)
 	ip = PT_REGS_IP(&ctx->regs);
 	kernel = ip >= 0xffff800000000000ULL;
 	mm = task->mm;
+	proc = proc_key(mm);
 	site = (kernel ? ip : stable_addr(mm, ip)) & ~0xffULL;
 	weight = ctx->sample_period / 1000;
 	if (weight == 0)
 		weight = 1;
-	if (count_event(st, &h, proc_key(mm), site, 0, weight))
+	if (count_event(st, &h, proc, site, 0, weight))
 		return 0;
 	who = who_word(BPF_CORE_READ(task, mm, exe_file, f_inode, i_ino), (__u32)bpf_get_current_uid_gid());
-	if (!sketch_event(ctl, VITAL_CPU, st, h, proc_key(mm), site, 0, site, 0, who, weight, &v) || !v.sampled)
+	if (!sketch_event(ctl, VITAL_CPU, st, h, proc, site, 0, site, 0, who, weight, &v) || !v.sampled)
 		return 0;
 	s = sample_begin(&v, VITAL_CPU, site, 0, who, weight);
 	if (!s)

@@ -36,7 +36,7 @@ int BPF_PROG(vital_lock_end, void *lock, int ret)
 	struct hl_stats *st;
 	struct hot_slot *h;
 	struct verdict v;
-	__u64 wait, site;
+	__u64 wait, proc, site;
 	__u32 weight;
 
 	if (!record_current(ctl, VITAL_LOCK))
@@ -52,10 +52,11 @@ int BPF_PROG(vital_lock_end, void *lock, int ret)
 	m->lock_ts = 0;
 	weight = clamp_weight(wait / 1000);
 	mm = task->mm;
+	proc = proc_key(mm);
 	site = user_site(task);
-	if (count_event(st, &h, proc_key(mm), site, (__u64)lock, weight))
+	if (count_event(st, &h, proc, site, (__u64)lock, weight))
 		return 0;
-	s = current_event(ctx, ctl, VITAL_LOCK, st, h, proc_key(mm), site, (__u64)lock,
+	s = current_event(ctx, ctl, VITAL_LOCK, st, h, proc, site, (__u64)lock,
 			  (__u64)lock, stable_addr(mm, site), current_who(task), weight, &v);
 	if (!s)
 		return 0;

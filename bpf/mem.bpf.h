@@ -29,7 +29,7 @@ int BPF_PROG(vital_kmem_alloc, struct page *page, unsigned int order, gfp_t gfp,
 	struct hl_stats *st;
 	struct hot_slot *h;
 	struct verdict v;
-	__u64 site, w1;
+	__u64 proc, site, w1;
 	__u32 weight = 1u << (order & 31);
 
 	if (!vital_enabled(ctl, VITAL_KMEM) || !page)
@@ -41,11 +41,12 @@ int BPF_PROG(vital_kmem_alloc, struct page *page, unsigned int order, gfp_t gfp,
 	if (!st)
 		return 0;
 	mm = task->mm;
+	proc = proc_key(mm);
 	site = user_site(task);
 	w1 = kthread_word(task);
-	if (count_event(st, &h, proc_key(mm), site ^ w1, 0, weight))
+	if (count_event(st, &h, proc, site ^ w1, 0, weight))
 		return 0;
-	s = current_event(ctx, ctl, VITAL_KMEM, st, h, proc_key(mm), site ^ w1, 0,
+	s = current_event(ctx, ctl, VITAL_KMEM, st, h, proc, site ^ w1, 0,
 			  stable_addr(mm, site), w1, current_who(task), weight, &v);
 	if (!s)
 		return 0;
@@ -74,29 +75,28 @@ SEC("tp_btf/page_fault_user")
 int BPF_PROG(vital_umem_fault, unsigned long address, struct pt_regs *regs, unsigned long error_code)
 {
 	struct hl_control *ctl = get_control();
-	struct task_struct *task;
-	struct mm_struct *mm;
 	struct hl_sample *s;
 	struct hl_stats *st;
 	struct hot_slot *h;
+	struct on_cpu *c;
 	struct verdict v;
 	__u64 ip, site;
 
 	if (!vital_enabled(ctl, VITAL_UMEM))
 		return 0;
-	task = bpf_get_current_task_btf();
-	if (task->tgid == ctl->self_tgid)
+	/* regs are the task's own: page_fault_user is a fault in user mode */
+	c = on_cpu_current(ctl, (__u64)regs, false);
+	if (!c || c->tgid == ctl->self_tgid)
 		return 0;
 	st = run_stats(ctl, VITAL_UMEM);
 	if (!st)
 		return 0;
-	mm = task->mm;
 	ip = regs->ip;
-	site = stable_addr(mm, ip) & ~0xffULL;
-	if (count_event(st, &h, proc_key(mm), site, 0, 1))
+	site = on_cpu_stable_addr(c, ip) & ~0xffULL;
+	if (count_event(st, &h, c->proc, site, 0, 1))
 		return 0;
-	s = current_event(ctx, ctl, VITAL_UMEM, st, h, proc_key(mm), site, 0,
-			  site, 0, current_who(task), 1, &v);
+	s = current_event(ctx, ctl, VITAL_UMEM, st, h, c->proc, site, 0,
+			  site, 0, current_who(bpf_get_current_task_btf()), 1, &v);
 	if (!s)
 		return 0;
 	s->f[0] = address;

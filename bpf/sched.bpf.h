@@ -109,6 +109,7 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	struct mm_struct *mm = task->mm;
 	__u64 who = who_word(mm && mm->exe_file ? mm->exe_file->f_inode->i_ino : 0, BPF_CORE_READ(task, cred, uid.val));
 	__u64 site = stable_addr(mm, ts->site);
+	__u64 proc = proc_key(mm);
 	__u64 w1 = kthread_word(task);
 	__u32 weight = us_weight(interval_ns);
 	struct hot_slot *h;
@@ -119,9 +120,9 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 	if (vital == VITAL_SCHED)
 		site &= ~0xffULL;
 	st = stats_of(ctl->gen & 1, vital);
-	if (!st || count_event(st, &h, proc_key(mm), site ^ w1, 0, weight))
+	if (!st || count_event(st, &h, proc, site ^ w1, 0, weight))
 		return;
-	if (!sketch_event(ctl, vital, st, h, proc_key(mm), site ^ w1, 0, site, w1, who, weight, &v) || !v.sampled)
+	if (!sketch_event(ctl, vital, st, h, proc, site ^ w1, 0, site, w1, who, weight, &v) || !v.sampled)
 		return;
 	s = sample_begin(&v, vital, site, w1, who, weight);
 	if (!s)
@@ -152,8 +153,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 
 	if (!ts)
 		return;
-	regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-	if (prev->mm && regs) {
+	regs = prev->mm ? task_regs(prev) : NULL;
+	if (regs) {
 		ip = regs->ip; /* BTF pointers: plain loads, no probe-read helper */
 		sp = regs->sp;
 		nr = regs->orig_ax;
@@ -190,28 +191,12 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	ts->slept_nr = nr;
 }
 
-/* The call a task woke in, for the syscall vital (see the top). */
-struct woke {
-	__u64 sp;
-	__u64 slept_ts;
-	__s64 nr;
-	__u32 tid;
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct woke);
-} woke SEC(".maps");
-
 /* next switches in: close its sleep and its wait to run. Its state is not
  * even looked up when neither can qualify: a sleep began after the task
  * last arrived on a CPU (sched_info.last_arrival) and ended when it was
  * queued, so in a storm of short sleeps and waits (a ping-pong over a
  * pipe) nothing more is done. */
-static __always_inline void switch_in(struct hl_control *ctl, struct task_struct *next, __u64 now)
+static __always_inline void switch_in(struct hl_control *ctl, struct on_cpu *c, struct task_struct *next, __u64 now)
 {
 	__u64 queued = next->sched_info.last_queued, blocked = 0;
 	__u64 arrived = next->sched_info.last_arrival;
@@ -229,15 +214,10 @@ static __always_inline void switch_in(struct hl_control *ctl, struct task_struct
 		blocked = (queued > ts->sleep_ts ? queued : now) - ts->sleep_ts;
 		ts->sleep_ts = 0;
 		if (ts->slept_nr >= 0 && ts->slept_ts) {
-			__u32 zero = 0;
-			struct woke *w = bpf_map_lookup_elem(&woke, &zero);
-
-			if (w) {
-				w->tid = next->pid;
-				w->nr = ts->slept_nr;
-				w->sp = ts->slept_sp;
-				w->slept_ts = ts->slept_ts;
-			}
+			c->woke.tid = next->pid;
+			c->woke.nr = ts->slept_nr;
+			c->woke.sp = ts->slept_sp;
+			c->woke.slept_ts = ts->slept_ts;
 		}
 	}
 	if (blocked >= ctl->blck_min_ns && blocked && vital_enabled(ctl, VITAL_BLCK))
@@ -251,9 +231,13 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
 	struct hl_control *ctl = get_control();
+	struct on_cpu *c = on_cpu_here();
 	__u64 now;
 
-	if (!ctl || !(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
+	if (!c)
+		return 0;
+	c->regs = 0; /* another task runs: the record no longer serves */
+	if (!(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
 		return 0;
 	run_stats(ctl, vital_enabled(ctl, VITAL_SCHED) ? VITAL_SCHED : VITAL_BLCK);
 	now = task_rq_clock(prev);
@@ -262,6 +246,6 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 	if (prev->pid != 0 && prev->tgid != ctl->self_tgid)
 		switch_out(ctx, prev, prev_state, now);
 	if (next->pid != 0 && next->tgid != ctl->self_tgid)
-		switch_in(ctl, next, now);
+		switch_in(ctl, c, next, now);
 	return 0;
 }

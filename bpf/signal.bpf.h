@@ -21,7 +21,7 @@ int BPF_PROG(vital_signal_generate, int sig, struct kernel_siginfo *info,
 	struct hl_stats *st;
 	struct hot_slot *h;
 	struct verdict v;
-	__u64 handler = 0, site;
+	__u64 handler = 0, proc, site;
 
 	if (!record_current(ctl, VITAL_SIGNAL) || sig <= 0 || sig > 64)
 		return 0;
@@ -30,10 +30,11 @@ int BPF_PROG(vital_signal_generate, int sig, struct kernel_siginfo *info,
 		return 0;
 	task = bpf_get_current_task_btf();
 	mm = task->mm;
+	proc = proc_key(mm);
 	site = user_site(task);
-	if (count_event(st, &h, proc_key(mm), site, sig, 1))
+	if (count_event(st, &h, proc, site, sig, 1))
 		return 0;
-	s = current_event(ctx, ctl, VITAL_SIGNAL, st, h, proc_key(mm), site, sig,
+	s = current_event(ctx, ctl, VITAL_SIGNAL, st, h, proc, site, sig,
 			  stable_addr(mm, site), sig, current_who(task), 1, &v);
 	if (!s)
 		return 0;

@@ -96,6 +96,10 @@ struct hl_control {
 	__u64 blck_min_ns;         /* blocking time that qualifies */
 	__u32 self_tgid;           /* the recorder: never recorded, or it would record itself recording */
 	__u32 boost_max;           /* 0: no process is boosted; else samples per epoch boosts may add (see boosted) */
+	/* Nonzero while the context-switch and sys_exit programs both run,
+	 * new each time either is attached: the on_cpu records filled in this
+	 * generation serve (see struct on_cpu). */
+	__u64 on_cpu_gen;
 };
 
 /* One hot label of a CPU (see the top of this file). Empty when left is 0. */
@@ -166,12 +170,9 @@ struct hl_sample {
 
 #define SAMPLE_HEADER_BYTES (sizeof(struct hl_sample) - (2 * MAX_STACK + SP_WORDS) * sizeof(__u64))
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct hl_control);
-} control SEC(".maps");
+/* A global variable (.bss), not a map value: a program reaches it by its
+ * address, with no lookup and no null check on every event. */
+struct hl_control control;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -354,13 +355,12 @@ struct verdict {
 
 static __always_inline struct hl_control *get_control(void)
 {
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&control, &zero);
+	return &control;
 }
 
 static __always_inline bool vital_enabled(struct hl_control *ctl, __u32 vital)
 {
-	return ctl && (ctl->enabled & (1u << vital));
+	return ctl->enabled & (1u << vital);
 }
 
 /* The vital is recorded and the current task is not the recorder. */
@@ -573,31 +573,38 @@ static __always_inline __u32 sketch_thinned(struct hl_control *ctl, __u32 vital,
  * randomisation moves but whose layout below stays the same from run to
  * run of the same program; the top two bits say which. No site (0) stays
  * 0. */
+static __always_inline __u64 stable_addr_in(__u64 code, __u64 end_code, __u64 base, __u64 a)
+{
+	if (a >= code && a < end_code)
+		return (a - code) | (1ULL << 62);
+	if (a < base)
+		return (base - a) | (2ULL << 62);
+	return (a - base) | (3ULL << 62);
+}
+
+/* stable_addr_in the memory map mm, which a kernel thread has none of. */
 static __always_inline __u64 stable_addr(struct mm_struct *mm, __u64 a)
 {
 	if (!mm || !a)
 		return a;
-	if (a >= mm->start_code && a < mm->end_code)
-		return (a - mm->start_code) | (1ULL << 62);
-	if (a < mm->mmap_base)
-		return (mm->mmap_base - a) | (2ULL << 62);
-	return (a - mm->mmap_base) | (3ULL << 62);
+	return stable_addr_in(mm->start_code, mm->end_code, mm->mmap_base, a);
 }
 
 /* A user stack pointer as a depth, the same from run to run: below the top
- * of the main stack; on any other stack (a thread's, or a goroutine's in
+ * of the main stack (top: the memory map's start_stack, 0 for a task
+ * without one); on any other stack (a thread's, or a goroutine's in
  * the Go heap) whose top is not known, its offset in an 8 KiB window, so
  * that the stacks of a program's many threads and goroutines make a few
  * labels, not one each. */
 #define MAIN_STACK_MAX (128ULL << 20)
 #define OTHER_STACK_WINDOW 0x2000ULL
 
-static __always_inline __u64 stack_depth(struct mm_struct *mm, __u64 sp)
+static __always_inline __u64 stack_depth(__u64 top, __u64 sp)
 {
-	if (!mm)
+	if (!top)
 		return sp;
-	if (sp <= mm->start_stack && mm->start_stack - sp < MAIN_STACK_MAX)
-		return mm->start_stack - sp;
+	if (sp <= top && top - sp < MAIN_STACK_MAX)
+		return top - sp;
 	return (sp & (OTHER_STACK_WINDOW - 1)) | (2ULL << 62);
 }
 
@@ -749,6 +756,124 @@ static __always_inline bool vital_kstack(__u32 vital)
 #define NR_EXECVE 59
 #define NR_EXECVEAT 322
 
+/* Linux 6.2+; weak, so that the programs load without it (task_regs). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+
+/* How far a task's user registers (task_pt_regs) are from its kernel
+ * stack (task->stack): the same for every task of a kernel build (its
+ * THREAD_SIZE and padding), learnt from bpf_task_pt_regs at the first
+ * need, so that task_regs needs no helper call (a call and a return
+ * through the kernel's return thunk) after it. */
+__u64 pt_regs_offset;
+
+/* The address of task's user registers, as bpf_task_pt_regs gives it;
+ * 0 if it gives none. */
+static __always_inline __u64 task_regs_addr(struct task_struct *task)
+{
+	__u64 off = pt_regs_offset, regs;
+
+	if (!off) {
+		regs = (__u64)bpf_task_pt_regs(task);
+		if (!regs)
+			return 0;
+		off = regs - (__u64)task->stack;
+		pt_regs_offset = off;
+	}
+	return (__u64)task->stack + off;
+}
+
+static __always_inline struct pt_regs *task_regs(struct task_struct *task)
+{
+	__u64 regs;
+
+	if (!bpf_rdonly_cast)
+		return (struct pt_regs *)bpf_task_pt_regs(task);
+	regs = task_regs_addr(task);
+	return regs ? bpf_rdonly_cast((void *)regs, bpf_core_type_id_kernel(struct pt_regs)) : NULL;
+}
+
+/* The system call a task woke in on this CPU, which the context-switch
+ * program hands to the syscall vital (sched.bpf.h). */
+struct woke {
+	__u64 sp;
+	__u64 slept_ts;
+	__s64 nr;
+	__u32 tid;
+	__u32 pad;
+};
+
+/*
+ * The task running on a CPU: what a system call's exit and a user page
+ * fault need of it on their hot paths (vital_sys_exit, vital_umem_fault),
+ * filled at the first of them after a context switch, so that those after
+ * it make no helper call for the current task and load nothing through
+ * its mm. The context-switch program empties it (regs 0) at every switch.
+ * A record serves while control.on_cpu_gen is the gen it was filled in
+ * (the context-switch and sys_exit programs have run all along since),
+ * for an event whose user registers are at regs, the task's own (no two
+ * live tasks share a kernel stack). exec changes a task's memory map
+ * without a switch: the exit of execve, before any fault of the new
+ * program, fills the record again.
+ */
+struct on_cpu {
+	__u64 regs;
+	__u64 gen;
+	/* of the task's memory map, 0 without one: */
+	__u64 proc;         /* proc_key (its mmap_base) */
+	__u64 start_stack;
+	__u64 start_code;
+	__u64 end_code;
+	__u32 tgid;
+	__u32 pid;
+	struct woke woke;   /* the system call the task woke in (sched.bpf.h); tid 0 when none */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct on_cpu);
+} on_cpus SEC(".maps");
+
+static __always_inline struct on_cpu *on_cpu_here(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&on_cpus, &zero);
+}
+
+/* The current task's record, filled from it unless it serves the event
+ * whose user registers are at regs. */
+static __always_inline struct on_cpu *on_cpu_current(struct hl_control *ctl, __u64 regs, bool exec)
+{
+	struct on_cpu *c = on_cpu_here();
+	__u64 gen = ctl->on_cpu_gen;
+	struct task_struct *t;
+	struct mm_struct *mm;
+
+	if (!c || (gen && c->gen == gen && c->regs == regs && !exec))
+		return c;
+	t = bpf_get_current_task_btf();
+	mm = t->mm;
+	c->regs = task_regs_addr(t);
+	c->gen = gen;
+	c->tgid = t->tgid;
+	c->pid = t->pid;
+	c->proc = proc_key(mm);
+	c->start_stack = mm ? mm->start_stack : 0;
+	c->start_code = mm ? mm->start_code : 0;
+	c->end_code = mm ? mm->end_code : 0;
+	return c;
+}
+
+/* stable_addr in the memory map of the task of c. */
+static __always_inline __u64 on_cpu_stable_addr(struct on_cpu *c, __u64 a)
+{
+	if (!c->proc || !a)
+		return a;
+	return stable_addr_in(c->start_code, c->end_code, c->proc, a);
+}
+
 /* The user-space PC at which the current task entered the kernel: the
  * "site" of an event caused by a system call or fault; 0 for kernel
  * threads, and in execve, whose registers are the old program's while the
@@ -756,11 +881,15 @@ static __always_inline bool vital_kstack(__u32 vital)
 static __always_inline __u64 user_site(struct task_struct *task)
 {
 	struct pt_regs *regs;
+	__u64 nr;
 
 	if (!task->mm)
 		return 0;
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs || regs->orig_ax == NR_EXECVE || regs->orig_ax == NR_EXECVEAT)
+	regs = task_regs(task);
+	if (!regs)
+		return 0;
+	nr = regs->orig_ax;
+	if (nr == NR_EXECVE || nr == NR_EXECVEAT)
 		return 0;
 	return regs->ip;
 }

@@ -19,7 +19,7 @@ static __always_inline void sock_event(void *ctx, struct sock *sk, int ret, __u6
 	struct hl_stats *st;
 	struct hot_slot *h;
 	struct verdict v;
-	__u64 site;
+	__u64 proc, site;
 	__u16 family;
 
 	if (!record_current(ctl, VITAL_SOCK) || ret <= 0 || !sk)
@@ -31,10 +31,11 @@ static __always_inline void sock_event(void *ctx, struct sock *sk, int ret, __u6
 		st->secondary += ret;
 	task = bpf_get_current_task_btf();
 	mm = task->mm;
+	proc = proc_key(mm);
 	site = user_site(task);
-	if (count_event(st, &h, proc_key(mm), site, dir, ret))
+	if (count_event(st, &h, proc, site, dir, ret))
 		return;
-	s = current_event(ctx, ctl, VITAL_SOCK, st, h, proc_key(mm), site, dir,
+	s = current_event(ctx, ctl, VITAL_SOCK, st, h, proc, site, dir,
 			  stable_addr(mm, site), dir, current_who(task), ret, &v);
 	if (!s)
 		return;

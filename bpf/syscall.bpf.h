@@ -101,37 +101,34 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 {
 	struct hl_control *ctl = get_control();
 	struct task_struct *task;
-	struct mm_struct *mm;
 	struct hot_slot *h;
 	struct hl_stats *st;
 	struct hl_sample *s;
-	struct woke *w;
+	struct on_cpu *c;
 	struct verdict v;
 	__u64 depth, nr, site, lat = 0;
-	__u32 weight = 1, zero = 0;
+	__u32 weight = 1;
 
 	if (!vital_enabled(ctl, VITAL_SYSCALL))
 		return 0;
-	task = bpf_get_current_task_btf();
-	if (task->tgid == ctl->self_tgid)
+	nr = regs->orig_ax;
+	c = on_cpu_current(ctl, (__u64)regs, nr == NR_EXECVE || nr == NR_EXECVEAT);
+	if (!c || c->tgid == ctl->self_tgid)
 		return 0;
 	st = run_stats(ctl, VITAL_SYSCALL);
 	if (!st)
 		return 0;
-	mm = task->mm;
-	depth = stack_depth(mm, regs->sp) & ~0xffULL;
-	nr = regs->orig_ax;
+	depth = stack_depth(c->start_stack, regs->sp) & ~0xffULL;
 	site = depth ^ (nr << 48);
-	w = bpf_map_lookup_elem(&woke, &zero);
-	if (w && w->tid == task->pid) {
-		w->tid = 0;
-		if (w->nr == nr && w->sp == regs->sp) {
-			lat = task_rq_clock(task) - w->slept_ts;
+	if (c->woke.tid == c->pid) {
+		c->woke.tid = 0;
+		if (c->woke.nr == nr && c->woke.sp == regs->sp) {
+			lat = task_rq_clock(bpf_get_current_task_btf()) - c->woke.slept_ts;
 			weight = clamp_weight(lat / 1000);
 		}
 	}
-	h = hot_slot_of(st, proc_key(mm), site);
-	if (!lat && hot_hit(h, proc_key(mm), site, 0, 1)) {
+	h = hot_slot_of(st, c->proc, site);
+	if (!lat && hot_hit(h, c->proc, site, 0, 1)) {
 		st->events++;
 		st->weight++;
 		return 0;
@@ -139,7 +136,8 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 	/* Past its slot: new here, crossing a power of t, or it blocked. */
 	st->events++;
 	st->weight += weight;
-	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, proc_key(mm), site, 0,
+	task = bpf_get_current_task_btf();
+	s = current_event(ctx, ctl, VITAL_SYSCALL, st, h, c->proc, site, 0,
 			  depth, nr, current_who(task), weight, &v);
 	if (!s)
 		return 0;

@@ -51,6 +51,10 @@ func CheckPrivileges() error {
 // objects are the BPF maps shared by every vital program.
 type objects struct {
 	maps vitalsMaps
+	// globals is the programs' global variables (.bss), control among
+	// them: a program reads control by its address, with no map lookup.
+	globals *ebpf.Map
+	control *ebpf.Variable
 	// progs are the programs loaded so far, by name. A vital that is shed
 	// keeps its programs loaded and only drops its links, so retrying it
 	// attaches them again without a second verification (~50 ms of CPU
@@ -62,20 +66,24 @@ func loadMaps(spec *ebpf.CollectionSpec) (*objects, error) {
 	if err := memlock.Raise(); err != nil {
 		return nil, err
 	}
-	o := &objects{progs: map[string]*ebpf.Program{}}
-	if err := spec.LoadAndAssign(&o.maps, nil); err != nil {
+	var loaded struct {
+		vitalsMaps
+		Globals *ebpf.Map      `ebpf:".bss"`
+		Control *ebpf.Variable `ebpf:"control"`
+	}
+	if err := spec.LoadAndAssign(&loaded, nil); err != nil {
 		return nil, loadError("load maps", err)
 	}
-	return o, nil
+	return &objects{maps: loaded.vitalsMaps, globals: loaded.Globals, control: loaded.Control, progs: map[string]*ebpf.Program{}}, nil
 }
 
 func (o *objects) mapReplacements() map[string]*ebpf.Map {
 	m := o.maps
 	return map[string]*ebpf.Map{
-		vitalsMapControl: m.Control, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
+		".bss": o.globals, vitalsMapHcas: m.Hcas, vitalsMapStats: m.Stats,
 		vitalsMapSamples: m.Samples, vitalsMapTaskStates: m.TaskStates, vitalsMapTaskMarks: m.TaskMarks,
 		vitalsMapInflight: m.Inflight, vitalsMapInflightStacks: m.InflightStacks, vitalsMapIoScratch: m.IoScratch,
-		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth, vitalsMapWoke: m.Woke,
+		vitalsMapScratch: m.Scratch, vitalsMapScratchDepth: m.ScratchDepth, vitalsMapOnCpus: m.OnCpus,
 		vitalsMapBoosted: m.Boosted, vitalsMapBoostTaken: m.BoostTaken,
 	}
 }
@@ -84,6 +92,7 @@ func (o *objects) Close() error {
 	for _, p := range o.progs {
 		p.Close()
 	}
+	o.globals.Close()
 	return o.maps.Close()
 }
 

@@ -27,10 +27,10 @@ func (r *Recorder) kernelMemory() []MapMemory {
 		m      *ebpf.Map
 		sketch bool
 	}{
-		{vitalsMapHcas, m.Hcas, true}, {vitalsMapStats, m.Stats, true}, {vitalsMapControl, m.Control, true},
+		{vitalsMapHcas, m.Hcas, true}, {vitalsMapStats, m.Stats, true}, {"control", r.objs.globals, true},
 		{vitalsMapSamples, m.Samples, false}, {vitalsMapInflight, m.Inflight, false}, {vitalsMapInflightStacks, m.InflightStacks, false},
 		{vitalsMapIoScratch, m.IoScratch, false}, {vitalsMapScratch, m.Scratch, false}, {vitalsMapScratchDepth, m.ScratchDepth, false},
-		{vitalsMapTaskStates, m.TaskStates, false}, {vitalsMapWoke, m.Woke, false},
+		{vitalsMapTaskStates, m.TaskStates, false}, {vitalsMapOnCpus, m.OnCpus, false},
 		{vitalsMapTaskMarks, m.TaskMarks, false}, {vitalsMapBoosted, m.Boosted, false}, {vitalsMapBoostTaken, m.BoostTaken, false},
 	}
 	var out []MapMemory

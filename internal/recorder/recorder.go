@@ -200,6 +200,11 @@ type Recorder struct {
 	ctlMu sync.Mutex
 	gen   uint64
 	seeds [2]uint64
+	// onCPUAttaches counts the attachments of the context-switch and
+	// sys_exit programs: the control block's on_cpu_gen while both are
+	// attached (struct on_cpu in bpf/sketch.h), so that no record filled
+	// before a gap in their runs serves.
+	onCPUAttaches uint64
 	// budget is the adaptive threshold state (budget.go), and clock
 	// measures the programs' run time it needs (runclock.go).
 	budget budgetState
@@ -333,6 +338,7 @@ func (r *Recorder) enable(v Vital) error {
 			a, err = r.objs.attachTracing(r.spec, tracingPrograms[v]...)
 			if a != nil {
 				a.trigger = "tp_btf " + strings.Join(tracepointNames(r.spec, tracingPrograms[v]), ", ")
+				r.onCPUAttaches++
 			}
 		}
 	default:
@@ -340,6 +346,9 @@ func (r *Recorder) enable(v Vital) error {
 		a, err = r.objs.attachTracing(r.spec, progs...)
 		if a != nil {
 			a.trigger = "tp_btf " + strings.Join(tracepointNames(r.spec, progs), ", ")
+			if v == Syscall {
+				r.onCPUAttaches++
+			}
 		}
 	}
 	if err != nil {
@@ -404,7 +413,10 @@ func (r *Recorder) writeControl() error {
 	ctl.SchedMinNs = uint64(r.cfg.SchedMin)
 	ctl.BlckMinNs = uint64(r.cfg.BlckMin)
 	ctl.BoostMax = r.boostMax()
-	if err := r.objs.maps.Control.Update(uint32(0), &ctl, ebpf.UpdateAny); err != nil {
+	if (r.attached[Sched] != nil || r.attached[Blck] != nil) && r.attached[Syscall] != nil {
+		ctl.OnCpuGen = r.onCPUAttaches
+	}
+	if err := r.objs.control.Set(&ctl); err != nil {
 		return fmt.Errorf("write recorder control: %w", err)
 	}
 	return nil

@@ -37,6 +37,7 @@ type vitalsHlControl struct {
 	BlckMinNs  uint64
 	SelfTgid   uint32
 	BoostMax   uint32
+	OnCpuGen   uint64
 }
 
 type vitalsHlSample struct {
@@ -122,6 +123,26 @@ type vitalsIoState struct {
 	Comm      [16]int8
 }
 
+type vitalsOnCpu struct {
+	_          structs.HostLayout
+	Regs       uint64
+	Gen        uint64
+	Proc       uint64
+	StartStack uint64
+	StartCode  uint64
+	EndCode    uint64
+	Tgid       uint32
+	Pid        uint32
+	Woke       struct {
+		_       structs.HostLayout
+		Sp      uint64
+		SleptTs uint64
+		Nr      int64
+		Tid     uint32
+		Pad     uint32
+	}
+}
+
 type vitalsTaskMarks struct {
 	_         structs.HostLayout
 	LockTs    uint64
@@ -150,33 +171,23 @@ type vitalsTaskState struct {
 	Ustack      [64]uint64
 }
 
-type vitalsWoke struct {
-	_       structs.HostLayout
-	Sp      uint64
-	SleptTs uint64
-	Nr      int64
-	Tid     uint32
-	Pad     uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	vitalsMapBoostTaken           = "boost_taken"
 	vitalsMapBoosted              = "boosted"
-	vitalsMapControl              = "control"
 	vitalsMapHcas                 = "hcas"
 	vitalsMapInflight             = "inflight"
 	vitalsMapInflightStacks       = "inflight_stacks"
 	vitalsMapIoScratch            = "io_scratch"
+	vitalsMapOnCpus               = "on_cpus"
 	vitalsMapSamples              = "samples"
 	vitalsMapScratch              = "scratch"
 	vitalsMapScratchDepth         = "scratch_depth"
 	vitalsMapStats                = "stats"
 	vitalsMapTaskMarks            = "task_marks"
 	vitalsMapTaskStates           = "task_states"
-	vitalsMapWoke                 = "woke"
 	vitalsProgVitalBlioComplete   = "vital_blio_complete"
 	vitalsProgVitalBlioInsert     = "vital_blio_insert"
 	vitalsProgVitalBlioIssue      = "vital_blio_issue"
@@ -192,6 +203,8 @@ const (
 	vitalsProgVitalSysExit        = "vital_sys_exit"
 	vitalsProgVitalSysLast        = "vital_sys_last"
 	vitalsProgVitalUmemFault      = "vital_umem_fault"
+	vitalsVarControl              = "control"
+	vitalsVarPtRegsOffset         = "pt_regs_offset"
 	vitalsVarUnusedHlSample       = "unused_hl_sample"
 )
 
@@ -260,24 +273,25 @@ type vitalsProgramSpecs struct {
 type vitalsMapSpecs struct {
 	BoostTaken     *ebpf.MapSpec `ebpf:"boost_taken"`
 	Boosted        *ebpf.MapSpec `ebpf:"boosted"`
-	Control        *ebpf.MapSpec `ebpf:"control"`
 	Hcas           *ebpf.MapSpec `ebpf:"hcas"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	InflightStacks *ebpf.MapSpec `ebpf:"inflight_stacks"`
 	IoScratch      *ebpf.MapSpec `ebpf:"io_scratch"`
+	OnCpus         *ebpf.MapSpec `ebpf:"on_cpus"`
 	Samples        *ebpf.MapSpec `ebpf:"samples"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	ScratchDepth   *ebpf.MapSpec `ebpf:"scratch_depth"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TaskMarks      *ebpf.MapSpec `ebpf:"task_marks"`
 	TaskStates     *ebpf.MapSpec `ebpf:"task_states"`
-	Woke           *ebpf.MapSpec `ebpf:"woke"`
 }
 
 // vitalsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsVariableSpecs struct {
+	Control        *ebpf.VariableSpec `ebpf:"control"`
+	PtRegsOffset   *ebpf.VariableSpec `ebpf:"pt_regs_offset"`
 	UnusedHlSample *ebpf.VariableSpec `ebpf:"unused_hl_sample"`
 }
 
@@ -303,36 +317,34 @@ func (o *vitalsObjects) Close() error {
 type vitalsMaps struct {
 	BoostTaken     *ebpf.Map `ebpf:"boost_taken"`
 	Boosted        *ebpf.Map `ebpf:"boosted"`
-	Control        *ebpf.Map `ebpf:"control"`
 	Hcas           *ebpf.Map `ebpf:"hcas"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	InflightStacks *ebpf.Map `ebpf:"inflight_stacks"`
 	IoScratch      *ebpf.Map `ebpf:"io_scratch"`
+	OnCpus         *ebpf.Map `ebpf:"on_cpus"`
 	Samples        *ebpf.Map `ebpf:"samples"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	ScratchDepth   *ebpf.Map `ebpf:"scratch_depth"`
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TaskMarks      *ebpf.Map `ebpf:"task_marks"`
 	TaskStates     *ebpf.Map `ebpf:"task_states"`
-	Woke           *ebpf.Map `ebpf:"woke"`
 }
 
 func (m *vitalsMaps) Close() error {
 	return _VitalsClose(
 		m.BoostTaken,
 		m.Boosted,
-		m.Control,
 		m.Hcas,
 		m.Inflight,
 		m.InflightStacks,
 		m.IoScratch,
+		m.OnCpus,
 		m.Samples,
 		m.Scratch,
 		m.ScratchDepth,
 		m.Stats,
 		m.TaskMarks,
 		m.TaskStates,
-		m.Woke,
 	)
 }
 
@@ -340,6 +352,8 @@ func (m *vitalsMaps) Close() error {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsVariables struct {
+	Control        *ebpf.Variable `ebpf:"control"`
+	PtRegsOffset   *ebpf.Variable `ebpf:"pt_regs_offset"`
 	UnusedHlSample *ebpf.Variable `ebpf:"unused_hl_sample"`
 }
 
