@@ -2,9 +2,11 @@ package incident
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/holter-dev/holter/internal/findings"
 	"github.com/holter-dev/holter/internal/store"
@@ -39,12 +41,12 @@ func ranked(ins []Incident) []string {
 	return out
 }
 
-// TestHistoryRanksTheUsualBelowTheNew: over a reference of 30 minutes, a
-// writer blocked on the disk at severity 1 and a server blocked on its
-// peer show all along (the server restarted, with new pids); in the
-// report's minute they show again, beside a busy loop of severity 0.4 and
-// a retrier new since the reference's last stretches: the new ones lead,
-// the usual ones follow, by severity, saying since when they were so.
+// TestHistoryRanksTheUsualBelowTheNew: over a reference of 30 minutes of
+// 5 s intervals, a writer blocked on the disk at severity 1 and a server
+// blocked on its peer show all along (the server restarted, with new
+// pids); in the report's minute they show again, beside a busy loop of
+// severity 0.4 and a retrier that began 20 minutes before: the new ones
+// lead, the usual ones follow, by severity, saying since when they were so.
 func TestHistoryRanksTheUsualBelowTheNew(t *testing.T) {
 	const start = 1800
 	var ref []findings.Finding
@@ -53,7 +55,7 @@ func TestHistoryRanksTheUsualBelowTheNew(t *testing.T) {
 	// Began 20 minutes before the range: in one of the first half's
 	// three stretches only.
 	ref = append(ref, every("failing-syscall", 0.3, findings.ResourceSyscall, start-1200, start, 10, 300, "retrier", "retry")...)
-	h := NewHistory(findings.Range{StartNs: 0, EndNs: start * sec}, ref, 60*sec)
+	h := NewHistory(findings.Range{StartNs: 0, EndNs: start * sec}, findings.Range{StartNs: start * sec, EndNs: (start + 60) * sec}, ref, 5*time.Second)
 	now := []findings.Finding{
 		finding("rule5-blocking", 1, findings.ResourceDisk, start, start+60, culprit(500, "writer", "sync_file")),
 		finding("rule5-blocking", 0.95, findings.ResourcePeer, start, start+60, culprit(600, "server", "serve")),
@@ -71,7 +73,7 @@ func TestHistoryRanksTheUsualBelowTheNew(t *testing.T) {
 	if b := got[2].Before; b.SinceNs != 0 || b.Share != 1 || b.Severity != 1 || !strings.Contains(got[2].Summary, "as before since") {
 		t.Errorf("the writer's history %+v, summary %q", b, got[2].Summary)
 	}
-	if b := got[3].Before; b.SinceNs != 30*sec || b.Severity != 0.9 {
+	if b := got[3].Before; b.SinceNs != 30*sec || b.Share < 0.98 || b.Severity != 0.9 {
 		t.Errorf("the server's history %+v", b)
 	}
 }
@@ -83,7 +85,7 @@ func TestHistoryFlagsGrowth(t *testing.T) {
 	const start = 1800
 	ref := every("rule5-blocking", 0.1, findings.ResourceDisk, 0, start, 5, 100, "writer", "sync_file")
 	ref = append(ref, every("rule5-blocking", 0.4, findings.ResourcePeer, 0, start, 5, 200, "server", "serve")...)
-	h := NewHistory(findings.Range{StartNs: 0, EndNs: start * sec}, ref, 60*sec)
+	h := NewHistory(findings.Range{StartNs: 0, EndNs: start * sec}, findings.Range{StartNs: start * sec, EndNs: (start + 60) * sec}, ref, 5*time.Second)
 	now := []findings.Finding{
 		finding("rule5-blocking", 0.7, findings.ResourcePeer, start, start+60, culprit(600, "server", "serve")),
 		finding("rule5-blocking", 0.5, findings.ResourceDisk, start, start+60, culprit(500, "writer", "sync_file")),
@@ -92,6 +94,27 @@ func TestHistoryFlagsGrowth(t *testing.T) {
 	want := []string{"rule5-blocking writer", "busy-loop spinner", "rule5-blocking server as before"}
 	if r := ranked(Merge(now, h)); !reflect.DeepEqual(r, want) {
 		t.Fatalf("ranks %v, want %v", r, want)
+	}
+}
+
+// TestHistoryWeighsHowOften: a program that was blocked in one interval of
+// sixty before, once every five minutes, and once in the report's minute
+// is as before; in every interval of the minute, it is new.
+func TestHistoryWeighsHowOften(t *testing.T) {
+	const start = 1800
+	ref := every("rule5-blocking", 1, findings.ResourceDisk, 0, start, 300, 100, "writer", "sync_file")
+	for i := range ref {
+		ref[i].EndNs = ref[i].StartNs + 5*sec
+	}
+	h := NewHistory(findings.Range{StartNs: 0, EndNs: start * sec}, findings.Range{StartNs: start * sec, EndNs: (start + 60) * sec}, ref, 5*time.Second)
+	spin := finding("busy-loop", 0.3, findings.ResourceCPU, start, start+60, culprit(700, "spinner", "spin"))
+	once := []findings.Finding{finding("rule5-blocking", 1, findings.ResourceDisk, start+20, start+25, culprit(500, "writer", "sync_file")), spin}
+	if r := ranked(Merge(once, h)); !reflect.DeepEqual(r, []string{"busy-loop spinner", "rule5-blocking writer as before"}) {
+		t.Errorf("blocked once: %v", r)
+	}
+	always := []findings.Finding{finding("rule5-blocking", 1, findings.ResourceDisk, start, start+60, culprit(500, "writer", "sync_file")), spin}
+	if r := ranked(Merge(always, h)); !reflect.DeepEqual(r, []string{"rule5-blocking writer", "busy-loop spinner"}) {
+		t.Errorf("blocked throughout: %v", r)
 	}
 }
 
@@ -109,12 +132,13 @@ func TestNoHistoryKeepsTheRanking(t *testing.T) {
 	if want[0] != "rule5-blocking writer" {
 		t.Fatalf("without history: %v", want)
 	}
+	now100 := findings.Range{StartNs: 100 * sec, EndNs: 160 * sec}
 	past := every("rule5-blocking", 1, findings.ResourceDisk, 0, 100, 5, 100, "writer", "sync_file")
-	if h := NewHistory(findings.Range{StartNs: 0, EndNs: 50 * sec}, past, 60*sec); h != nil {
-		t.Fatalf("a history of 50 s where a minute is needed: %+v", h)
+	if h := NewHistory(findings.Range{StartNs: 80 * sec, EndNs: 100 * sec}, now100, past, 5*time.Second); h != nil {
+		t.Fatalf("a history of four intervals: %+v", h)
 	}
 	other := every("rule5-blocking", 1, findings.ResourceDisk, 0, 100, 5, 100, "other", "sync_file")
-	h := NewHistory(findings.Range{StartNs: 0, EndNs: 100 * sec}, other, 60*sec)
+	h := NewHistory(findings.Range{StartNs: 0, EndNs: 100 * sec}, now100, other, 5*time.Second)
 	if got := ranked(Merge(now, h)); !reflect.DeepEqual(got, want) {
 		t.Errorf("with a history of other subjects: %v, want %v", got, want)
 	}
@@ -160,5 +184,30 @@ func TestBuildWeighsTheStoredHistory(t *testing.T) {
 	}
 	if in := rep.Incidents[0]; in.Rules[0] != "rule5-blocking" || in.Before != nil {
 		t.Errorf("first incident of a range with 4 s before it %+v", in)
+	}
+}
+
+// TestAtLeast: the binomial tail against the cases that have a closed
+// form, and a tail over thousands of intervals stays a probability.
+func TestAtLeast(t *testing.T) {
+	cases := []struct {
+		m, n int
+		p    float64
+		want float64
+	}{
+		{0, 12, 0.3, 1},
+		{1, 12, 1.0 / 60, 1 - math.Pow(59.0/60, 12)},
+		{12, 12, 0.5, math.Pow(0.5, 12)},
+		{2, 3, 0.5, 0.5},
+		{1, 12, 0, 0},
+		{12, 12, 1, 1},
+	}
+	for _, c := range cases {
+		if got := atLeast(c.m, c.n, c.p); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("atLeast(%d, %d, %v) = %v, want %v", c.m, c.n, c.p, got, c.want)
+		}
+	}
+	if got := atLeast(60, 3600, 0.02); got < 0.85 || got > 0.99 {
+		t.Errorf("at least 60 of 3600 at 2%% (72 expected): %v", got)
 	}
 }

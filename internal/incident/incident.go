@@ -67,10 +67,7 @@ const MergeGap = 2 * time.Minute
 // by their findings' own scores, then by time.
 func Merge(fs []findings.Finding, h *History) []Incident {
 	n := len(fs)
-	before := make([]*Before, n)
-	for i, f := range fs {
-		before[i] = h.Before(f)
-	}
+	before := h.Judge(fs)
 	parent := make([]int, n)
 	for i := range parent {
 		parent[i] = i
