@@ -194,8 +194,11 @@ func identity(f findings.Finding) string {
 func history(ctx context.Context, q findings.Querier, host string, r findings.Range, epoch time.Duration) (*History, error) {
 	ref := findings.Range{StartNs: r.StartNs - int64(ReferenceSpan), EndNs: r.StartNs}
 	analysed, err := findings.Analysed(ctx, q, host, ref)
-	if err != nil || len(analysed) == 0 {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	if len(analysed) == 0 {
+		return nil, nil
 	}
 	ref.StartNs = max(ref.StartNs, analysed[0].StartNs)
 	fs, err := findings.Stored(ctx, q, host, ref)
