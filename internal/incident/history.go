@@ -121,7 +121,12 @@ func (h *History) likely(k string, now []findings.Range) *Before {
 	refLen, nowLen := h.Reference.EndNs-h.Reference.StartNs, h.Now.EndNs-h.Now.StartNs
 	share := min(1, float64(covered(s.covered, h.Reference))/float64(refLen))
 	n := max(1, int((nowLen+h.intervalNs/2)/h.intervalNs))
-	m := min(n, int((covered(now, h.Now)+h.intervalNs-1)/h.intervalNs))
+	// Counted to the nearest interval, one at least: on a loaded host an
+	// epoch, and a finding over it, stretches a little past its length.
+	m := 0
+	if c := covered(now, h.Now); c > 0 {
+		m = min(n, max(1, int((c+h.intervalNs/2)/h.intervalNs)))
+	}
 	if atLeast(m, n, share) < Usual {
 		return nil
 	}
