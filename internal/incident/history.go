@@ -195,8 +195,8 @@ func identity(f findings.Finding) string {
 // the first analysed time, to r's start. nil when nothing before r was
 // analysed, or too little of it. Unanalysed gaps in the reference count
 // as stretches where nothing showed: findings are then judged new, as
-// without a history.
-func history(ctx context.Context, q findings.Querier, host string, r findings.Range, epoch time.Duration) (*History, error) {
+// without a history. Its intervals are the reference's epochs.
+func history(ctx context.Context, q findings.Querier, host string, r findings.Range) (*History, error) {
 	ref := findings.Range{StartNs: r.StartNs - int64(ReferenceSpan), EndNs: r.StartNs}
 	analysed, err := findings.Analysed(ctx, q, host, ref)
 	if err != nil {
@@ -206,6 +206,10 @@ func history(ctx context.Context, q findings.Querier, host string, r findings.Ra
 		return nil, nil
 	}
 	ref.StartNs = max(ref.StartNs, analysed[0].StartNs)
+	epoch, err := findings.MedianEpochLength(ctx, q, host, ref)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
 	fs, err := findings.Stored(ctx, q, host, ref)
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)

@@ -152,7 +152,7 @@ func Build(ctx context.Context, q findings.Querier, o Options) (*Report, error) 
 	}
 	var h *History
 	if o.Timescale == findings.Epoch {
-		if h, err = history(ctx, q, host, o.Range, width); err != nil {
+		if h, err = history(ctx, q, host, o.Range); err != nil {
 			return nil, err
 		}
 	}
