@@ -541,6 +541,21 @@ func EpochLength(ctx context.Context, q Querier, host string) (time.Duration, er
 	return time.Duration(toInt(res.Rows[0][0])), nil
 }
 
+// MedianEpochLength is the median length of a host's epochs within r (0
+// when it has none there): unlike the latest epoch, it is not the one the
+// recorder cut short when it stopped.
+func MedianEpochLength(ctx context.Context, q Querier, host string, r Range) (time.Duration, error) {
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT quantile_disc(end_ns - start_ns, 0.5) FROM epochs WHERE host = %s AND start_ns >= %d AND end_ns <= %d`,
+		sqlString(host), r.StartNs, r.EndNs))
+	if err != nil {
+		return 0, fmt.Errorf("epoch length: %w", err)
+	}
+	if len(res.Rows) == 0 {
+		return 0, nil
+	}
+	return time.Duration(max(0, toInt(res.Rows[0][0]))), nil
+}
+
 // TimescaleWidth is a rollup timescale's bucket length.
 func TimescaleWidth(name string) (time.Duration, bool) {
 	if name == Epoch {

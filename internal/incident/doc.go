@@ -15,7 +15,8 @@
 //     filters (rules, detectors, EWMA) that turn them into findings, and
 //     the low-level metrics holter diff ranks.
 //   - internal/incident (this package): Merge joins findings about the
-//     same culprit close in time into incidents and ranks them; Build
+//     same culprit close in time into incidents and ranks them, what is
+//     new against the host's History before the range first; Build
 //     reports on a range from the findings the recorder's online analysis
 //     stored and the filters evaluated over what it has not analysed;
 //     Online is that analysis, run in the recorder on every epoch it

@@ -20,6 +20,14 @@ type Incident struct {
 	// Severity is the strongest finding's (findings.Finding.Severity): 0
 	// when no finding could put a cost on the problem.
 	Severity float64 `json:"severity"`
+	// New is the severity of what is new in the incident against the
+	// host's history before the report's range (History): the strongest
+	// of its findings that were not as before. An incident is ranked by
+	// it, below every new one when it is 0.
+	New float64 `json:"new_severity"`
+	// Before is, when nothing in the incident is new, how its strongest
+	// finding showed before the range.
+	Before   *Before `json:"before,omitempty"`
 	Resource string  `json:"resource"`
 	// Summary says in one line what is wrong, from the strongest finding.
 	Summary string            `json:"summary"`
@@ -54,10 +62,12 @@ const MergeGap = 2 * time.Minute
 // each other are one incident. A finding about the whole machine (an EWMA
 // rise, a drift, Rule #2's growth) is evidence for the strongest incident
 // it overlaps on the same resource, and an incident of its own when none
-// does. Incidents are ranked by severity, then by their findings' own
-// scores, then by time.
-func Merge(fs []findings.Finding) []Incident {
+// does. Incidents are ranked by the severity of what is new in them
+// against the history h (nil: everything is new), then by severity, then
+// by their findings' own scores, then by time.
+func Merge(fs []findings.Finding, h *History) []Incident {
 	n := len(fs)
+	before := h.Judge(fs)
 	parent := make([]int, n)
 	for i := range parent {
 		parent[i] = i
@@ -110,17 +120,21 @@ func Merge(fs []findings.Finding) []Incident {
 	}
 	var out []*Incident
 	for _, members := range groups {
-		out = append(out, build(fs, members))
+		out = append(out, build(fs, members, before))
 	}
 	sortIncidents(out)
 	// Machine findings go to the strongest incident they overlap on
 	// their resource; the rest make incidents of their own, by resource
-	// and time.
+	// and time. A new one is not evidence for an incident that is as
+	// before, where it would be ranked as that is.
 	var loose []int
 	for _, i := range machine {
 		f := fs[i]
 		placed := false
 		for _, in := range out {
+			if before[i] == nil && in.Before != nil {
+				break // the rest are as before too
+			}
 			if in.Resource == f.Resource && f.StartNs < in.EndNs && in.StartNs < f.EndNs {
 				in.Findings = append(in.Findings, f)
 				if !slices.Contains(in.Rules, f.Rule) {
@@ -147,13 +161,16 @@ func Merge(fs []findings.Finding) []Incident {
 				used[j] = true
 			}
 		}
-		out = append(out, build(fs, members))
+		out = append(out, build(fs, members, before))
 	}
 	sortIncidents(out)
 	res := make([]Incident, len(out))
 	for i, in := range out {
 		if len(in.Rules) > 1 {
 			in.Summary += " (also " + strings.Join(in.Rules[1:], ", ") + ")"
+		}
+		if b := in.Before; b != nil {
+			in.Summary += fmt.Sprintf("; as before since %s (%.0f%% of the time, severity %.2f)", fmtNs(b.SinceNs), b.Share*100, b.Severity)
 		}
 		in.Rank = i + 1
 		res[i] = *in
@@ -184,15 +201,23 @@ func keys(f findings.Finding) []string {
 	return nil
 }
 
-// build makes an incident of some findings.
-func build(fs []findings.Finding, members []int) *Incident {
+// build makes an incident of some findings, before[i] saying how fs[i]
+// showed before the report's range.
+func build(fs []findings.Finding, members []int, before []*Before) *Incident {
 	in := &Incident{StartNs: math.MaxInt64, EndNs: math.MinInt64}
+	sort.SliceStable(members, func(a, b int) bool { return stronger(fs[members[a]], fs[members[b]]) })
+	usual := true
 	for _, i := range members {
 		f := fs[i]
 		in.Findings = append(in.Findings, f)
 		in.StartNs, in.EndNs = min(in.StartNs, f.StartNs), max(in.EndNs, f.EndNs)
+		if before[i] == nil && usual {
+			usual, in.New = false, f.Severity
+		}
 	}
-	sort.SliceStable(in.Findings, func(a, b int) bool { return stronger(in.Findings[a], in.Findings[b]) })
+	if usual {
+		in.Before = before[members[0]]
+	}
 	top := in.Findings[0]
 	in.Severity, in.Resource, in.Summary = top.Severity, top.Resource, top.Summary
 	// The culprit is the strongest finding's that names one; of CPU
@@ -277,11 +302,18 @@ func stronger(a, b findings.Finding) bool {
 
 func sortIncidents(out []*Incident) {
 	// A total order, so that a report ranks the same data the same way
-	// whatever order its incidents were gathered in (a map's): severity
-	// first; between equal severities the same rule's stronger finding,
-	// then the earlier, then by name.
+	// whatever order its incidents were gathered in (a map's): new
+	// incidents before those as before, by the severity of what is new,
+	// then by severity; between equal severities the same rule's stronger
+	// finding, then the earlier, then by name.
 	sort.SliceStable(out, func(a, b int) bool {
 		x, y := out[a], out[b]
+		if (x.Before == nil) != (y.Before == nil) {
+			return x.Before == nil
+		}
+		if x.New != y.New {
+			return x.New > y.New
+		}
 		if x.Severity != y.Severity {
 			return x.Severity > y.Severity
 		}

@@ -61,7 +61,7 @@ func TestMerge(t *testing.T) {
 		finding("ewma:sock weight/s", 0, findings.ResourcePeer, 1000, 1005, nil),
 	}
 	fs[9].Score, fs[10].Score = 0.9, 5
-	got := Merge(fs)
+	got := Merge(fs, nil)
 	type brief struct {
 		rank     int
 		severity float64

@@ -150,14 +150,21 @@ func Build(ctx context.Context, q findings.Querier, o Options) (*Report, error) 
 			all = append(all, *Drift(findings.DiffRule, o.Range, ref, ranked))
 		}
 	}
-	r.Incidents = Ranked(all, host)
+	var h *History
+	if o.Timescale == findings.Epoch {
+		if h, err = history(ctx, q, host, o.Range); err != nil {
+			return nil, err
+		}
+	}
+	r.Incidents = Ranked(all, host, h)
 	return r, nil
 }
 
-// Ranked merges one host's findings into ranked incidents (Merge), each
-// with the commands that look closer at it.
-func Ranked(fs []findings.Finding, host string) []Incident {
-	ins := Merge(fs)
+// Ranked merges one host's findings into ranked incidents (Merge), weighed
+// against its history h (nil: none), each with the commands that look
+// closer at it.
+func Ranked(fs []findings.Finding, host string, h *History) []Incident {
+	ins := Merge(fs, h)
 	drill(ins, host)
 	if ins == nil {
 		ins = []Incident{}

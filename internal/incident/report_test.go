@@ -18,6 +18,18 @@ func writeBusyLoop(t *testing.T, st *store.Store, n, from int) {
 	writeSpins(t, st, n, spin{pid: 9, function: "spin_here", from: from, to: n})
 }
 
+// busyLoopStore is a new store holding writeBusyLoop's epochs.
+func busyLoopStore(t *testing.T, n, from int) *store.Store {
+	t.Helper()
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	writeBusyLoop(t, st, n, from)
+	return st
+}
+
 // spin is a process spinning in one function of its program on one of
 // two CPUs, over epochs from to to-1.
 type spin struct {
@@ -62,13 +74,8 @@ func writeSpins(t *testing.T, st *store.Store, n int, spins ...spin) {
 // the filters over the rest, and ranks them together; a range nothing was
 // recorded in is an error that says so.
 func TestBuildReadsTheAnalysedAndEvaluatesTheRest(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := busyLoopStore(t, 30, 20)
 	ctx := context.Background()
-	writeBusyLoop(t, st, 30, 20)
 	// The recorder analysed epochs 0-19 and found a stall there (made up:
 	// evaluating them finds nothing, so it can only come from the store).
 	stall := findings.Finding{Rule: "rule5-blocking", Timescale: findings.Epoch, Subject: "pid 4 (writer) disk", StartNs: 10 * sec, EndNs: 12 * sec,
@@ -128,13 +135,8 @@ func TestBuildReadsTheAnalysedAndEvaluatesTheRest(t *testing.T) {
 // range it judged, the last ones when it is closed; a report over that
 // range then reads them and evaluates nothing.
 func TestOnlineStoresWhatItAnalysed(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := busyLoopStore(t, 25, 12)
 	ctx := context.Background()
-	writeBusyLoop(t, st, 25, 12)
 	o := NewOnline(st, 1e9, nil, t.Logf)
 	for e := 0; e < 25; e++ {
 		o.Committed(&store.Epoch{Host: "h", Epoch: int64(e), StartNs: int64(e) * sec, EndNs: int64(e+1) * sec})

@@ -71,7 +71,7 @@ func (a *api) findings(r *http.Request) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			all = append(all, incident.Ranked(stored, host)...)
+			all = append(all, incident.Ranked(stored, host, nil)...)
 			continue
 		}
 		rep, err := incident.Build(ctx, q, incident.Options{Host: host, Range: rng, History: 20, CPUs: runtime.NumCPU(), Stacks: a.stackCache})
