@@ -267,13 +267,16 @@ func (w *Window) loadGroups(ctx context.Context, q Querier, index map[int64]int,
 	// stacks (a loop's samples are at a handful of places), and otherwise
 	// only where they say what was waited for (blck's kernel stacks) or
 	// allocated (kmem's). The system call number is kept where a detector
-	// reads it: failed calls, and futex calls (a lock's waits). A group's
+	// reads it: failed calls, and futex calls (a lock's waits). A call
+	// failed when it returned an errno, -4095 to -1 (the kernel's
+	// MAX_ERRNO): a return value past that is a result (a pointer, an
+	// offset), and INT64_MIN's negation would overflow. A group's
 	// threads are the most of the groups it is made of.
 	res, err := q.Query(ctx, cte+`,
 		p AS (SELECT b, vital, pid, sum(dw) AS w FROM r GROUP BY b, vital, pid),
 		big AS (SELECT b, vital, pid FROM p
 			QUALIFY row_number() OVER (PARTITION BY b, vital ORDER BY w DESC, pid) <= 10 OR w >= 0.01 * sum(w) OVER (PARTITION BY b, vital)),
-		g AS (SELECT r.*, big.pid IS NOT NULL AS heavy, coalesce(r.vital = 'syscall' AND r.ret < 0, false) AS failed
+		g AS (SELECT r.*, big.pid IS NOT NULL AS heavy, coalesce(r.vital = 'syscall' AND r.ret BETWEEN -4095 AND -1, false) AS failed
 			FROM r LEFT JOIN big ON big.b = r.b AND big.vital = r.vital AND big.pid = r.pid),
 		g1 AS (SELECT b, vital, pid, arg_max(comm, ts_ns) AS comm, arg_max(exe, ts_ns) AS exe,
 			CASE WHEN heavy OR vital IN ('blck', 'kmem') THEN coalesce(kstack_id, 0) ELSE 0 END AS k,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,11 @@ func writeEpochs(t *testing.T, st *store.Store, n, spikeFrom int) {
 		blck := store.Vital{Name: "blck", Events: 5, WeightSum: 5000}
 		ep.Samples = append(ep.Samples, store.Sample{TsNs: start + 1, Vital: "blio", LabelHash: 1, Weight: 4096, EstCount: 4096 * 10,
 			Pid: 5, Comm: "bg", Exe: "/bg", Fields: map[string]any{"bytes_requested": uint64(4096), "bytes_completed": uint64(4096), "latency_ns": int64(1e5)}})
+		// A system call whose return value is no errno (a result past
+		// MAX_ERRNO, here the least int64): not a failed call, and
+		// nothing to negate.
+		ep.Samples = append(ep.Samples, store.Sample{TsNs: start + 2, Vital: "syscall", LabelHash: 4, Weight: 1, EstCount: 1,
+			Pid: 5, Comm: "bg", Exe: "/bg", Fields: map[string]any{"syscall_nr": int32(8), "ret": int64(math.MinInt64)}})
 		if e >= spikeFrom {
 			blio.Events += 640
 			blio.WeightSum += 640 * 65536
