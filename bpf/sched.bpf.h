@@ -143,7 +143,7 @@ static __always_inline void emit_switch_in(struct hl_control *ctl, __u32 vital,
 }
 
 /* prev switches out: note where, and whether asleep. */
-static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int prev_state, __u64 now)
+static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int prev_state, bool returned, __u64 now)
 {
 	struct task_state *ts = bpf_task_storage_get(&task_states, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	struct pt_regs *regs;
@@ -184,8 +184,11 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	ts->preempted = 0;
 	ts->sleep_ts = now;
 	ts->sleep_state = prev_state;
-	/* a call that sleeps again keeps the start of its first sleep */
-	if (nr != ts->slept_nr || sp != ts->slept_sp || !ts->slept_ts)
+	/* a call that sleeps again keeps the start of its first sleep; a
+	 * task that returned from a call since it last ran is in another,
+	 * however alike (a loop taking a lock at one place), whose time
+	 * starts now */
+	if (returned || nr != ts->slept_nr || sp != ts->slept_sp || !ts->slept_ts)
 		ts->slept_ts = now;
 	ts->slept_sp = sp;
 	ts->slept_nr = nr;
@@ -232,11 +235,14 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 {
 	struct hl_control *ctl = get_control();
 	struct on_cpu *c = on_cpu_here();
+	bool returned;
 	__u64 now;
 
 	if (!c)
 		return 0;
 	c->regs = 0; /* another task runs: the record no longer serves */
+	returned = c->returned;
+	c->returned = 0;
 	if (!(ctl->enabled & ((1u << VITAL_SCHED) | (1u << VITAL_BLCK))))
 		return 0;
 	run_stats(ctl, vital_enabled(ctl, VITAL_SCHED) ? VITAL_SCHED : VITAL_BLCK);
@@ -244,7 +250,7 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 	if (!now)
 		return 0;
 	if (prev->pid != 0 && prev->tgid != ctl->self_tgid)
-		switch_out(ctx, prev, prev_state, now);
+		switch_out(ctx, prev, prev_state, returned, now);
 	if (next->pid != 0 && next->tgid != ctl->self_tgid)
 		switch_in(ctl, c, next, now);
 	return 0;

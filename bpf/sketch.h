@@ -826,6 +826,11 @@ struct on_cpu {
 	__u32 tgid;
 	__u32 pid;
 	struct woke woke;   /* the system call the task woke in (sched.bpf.h); tid 0 when none */
+	/* the task on the CPU returned from a system call since it was
+	 * switched in (sys_exit sets it, the context switch reads and clears
+	 * it): its next sleep is in another call */
+	__u32 returned;
+	__u32 pad;
 };
 
 struct {

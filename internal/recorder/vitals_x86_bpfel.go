@@ -141,6 +141,8 @@ type vitalsOnCpu struct {
 		Tid     uint32
 		Pad     uint32
 	}
+	Returned uint32
+	Pad      uint32
 }
 
 type vitalsTaskMarks struct {
