@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/holter-dev/holter/internal/symbol"
 	"github.com/holter-dev/holter/internal/testutil"
@@ -24,7 +25,10 @@ func TestStacksKeepTheWrappersCaller(t *testing.T) {
 	for _, mode := range []string{"single", "threads"} {
 		runs[mode] = &workload{name: "wrapper_callers", args: []string{"4", filepath.Join(dir, mode), mode}}
 	}
-	st := recordWhile(t, func(*Recorder) {
+	// fdatasync of one block waits for the disk, but on a fast one for
+	// less than the default millisecond that makes a blocking event: this
+	// test counts every wait that is long enough to be the disk's.
+	st := recordWhileWith(t, Config{Epoch: time.Second, Budget: -1, BlckMin: 20 * time.Microsecond}, func(*Recorder) {
 		runWorkloads(t, []*workload{runs["single"], runs["threads"]}, bins)
 	})
 	for _, mode := range []string{"single", "threads"} {

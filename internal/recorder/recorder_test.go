@@ -178,14 +178,20 @@ func startRecorder(t *testing.T, cfg Config, sink func(*store.Epoch) error) (*Re
 
 func recordWhile(t *testing.T, work func(*Recorder)) *store.Store {
 	t.Helper()
+	// No cap: the tests count their workloads' samples, which a cap shared
+	// with the rest of a busy host thins (TestCapStoresCoarserAndCounts).
+	return recordWhileWith(t, Config{Epoch: time.Second, Budget: -1}, work)
+}
+
+// recordWhileWith is recordWhile with the recorder configured by cfg.
+func recordWhileWith(t *testing.T, cfg Config, work func(*Recorder)) *store.Store {
+	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	// No cap: the tests count their workloads' samples, which a cap shared
-	// with the rest of a busy host thins (TestCapStoresCoarserAndCounts).
-	rec, stop := startRecorder(t, Config{Epoch: time.Second, Budget: -1},
+	rec, stop := startRecorder(t, cfg,
 		func(e *store.Epoch) error { return st.WriteEpoch(context.Background(), e) })
 	time.Sleep(300 * time.Millisecond)
 	work(rec)
@@ -469,6 +475,14 @@ func TestUnavailableStoreHoldsEpochs(t *testing.T) {
 			defer rec.Close()
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
+			// Another process on the CPU in every epoch (the recorder does
+			// not record its own), so that a dropped epoch has events to
+			// count on an idle machine.
+			busy := exec.CommandContext(ctx, "sh", "-c", "while :; do i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; sleep 0.05; done")
+			if err := busy.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { stop(); busy.Wait() }()
 			var committed []int64
 			var calls int
 			failUntil := time.Now().Add(4500 * time.Millisecond)
