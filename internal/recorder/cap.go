@@ -2,6 +2,7 @@ package recorder
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/holter-dev/holter/internal/store"
@@ -47,8 +48,11 @@ type sampleCap struct {
 	firsts  [numVitals]int // kept samples that are their label's first this epoch
 	dropped [numVitals]uint64
 	labels  map[capLabel]struct{} // labels with a first sample kept this epoch
-	// first are the kept samples that are their label's first.
-	first map[sampleKey]struct{}
+	// first tells, for each kept sample in the order of the samples
+	// slice, whether it is its label's first: a flag beside each sample
+	// rather than a set of their keys, because under churn most samples
+	// are firsts and the reservoir drops one of them at a time.
+	first []bool
 	// offered counts the labels' first samples offered this epoch, kept
 	// or not; swap is set by admit when the first it let in is to take
 	// the place of a random kept first (the reservoir).
@@ -65,7 +69,7 @@ type capLabel struct {
 }
 
 func newSampleCap(max int) sampleCap {
-	return sampleCap{max: max, labels: map[capLabel]struct{}{}, first: map[sampleKey]struct{}{}, top: map[capLabel]uint64{}}
+	return sampleCap{max: max, labels: map[capLabel]struct{}{}, top: map[capLabel]uint64{}}
 }
 
 // counts are the samples kept, and of them the firsts.
@@ -146,8 +150,8 @@ func (c *sampleCap) added(v Vital, label uint64, samples []store.Sample) []store
 	if _, seen := c.labels[key]; !seen {
 		c.labels[key], isFirst = struct{}{}, true
 		c.firsts[v]++
-		c.first[sampleKeyOf(&samples[len(samples)-1])] = struct{}{}
 	}
+	c.first = append(c.first, isFirst)
 	swap := c.swap && isFirst
 	c.swap = false
 	for {
@@ -201,9 +205,8 @@ func (c *sampleCap) fold(samples []store.Sample) {
 
 // dropFirst removes the k-th kept first sample.
 func (c *sampleCap) dropFirst(samples []store.Sample, k int) []store.Sample {
-	for i := range samples {
-		sk := sampleKeyOf(&samples[i])
-		if _, ok := c.first[sk]; !ok {
+	for i, first := range c.first {
+		if !first {
 			continue
 		}
 		if k > 0 {
@@ -214,11 +217,9 @@ func (c *sampleCap) dropFirst(samples []store.Sample, k int) []store.Sample {
 		c.kept[u]--
 		c.firsts[u]--
 		c.dropped[u]++
-		delete(c.first, sk)
 		delete(c.labels, capLabel{u, samples[i].LabelHash})
-		copy(samples[i:], samples[i+1:])
-		clear(samples[len(samples)-1:]) // the dropped sample's map goes now
-		return samples[:len(samples)-1]
+		c.first = slices.Delete(c.first, i, i+1)
+		return slices.Delete(samples, i, i+1) // the dropped sample's map goes now
 	}
 	return samples
 }
@@ -229,18 +230,17 @@ func (c *sampleCap) coarser(samples []store.Sample) []store.Sample {
 	w, _ := c.coarsest()
 	c.floor[w] = max(2*c.floor[w], 2)
 	name := w.String()
-	out := samples[:0]
-	for _, s := range samples {
-		if s.Vital == name && s.EstCount < c.floor[w] {
-			if _, ok := c.first[sampleKeyOf(&s)]; !ok {
-				c.kept[w]--
-				c.dropped[w]++
-				continue
-			}
+	out, first := samples[:0], c.first[:0]
+	for i, s := range samples {
+		if !c.first[i] && s.Vital == name && s.EstCount < c.floor[w] {
+			c.kept[w]--
+			c.dropped[w]++
+			continue
 		}
-		out = append(out, s)
+		out, first = append(out, s), append(first, c.first[i])
 	}
 	clear(samples[len(out):]) // the dropped samples' maps go now
+	c.first = first
 	return samples[:len(out)]
 }
 

@@ -336,3 +336,21 @@ func TestDayBudgetResumes(t *testing.T) {
 		t.Errorf("no budget has a bank")
 	}
 }
+
+// BenchmarkCapUnderChurn: an epoch of a churning host, 50 000 labels'
+// first samples and a few heavy labels, through a cap of 1500 samples (a
+// bank's epoch at the default storage budget): the reservoir drops a kept
+// first for most of the firsts past the cap.
+func BenchmarkCapUnderChurn(b *testing.B) {
+	s, _ := churnSamples(Kmem, 50_000, 5, rand.New(rand.NewPCG(5, 6)), 0)
+	b.ResetTimer()
+	for range b.N {
+		c := newSampleCap(1500)
+		var kept []store.Sample
+		for _, x := range s {
+			if c.admit(Kmem, x.LabelHash, x.EstCount) {
+				kept = c.added(Kmem, x.LabelHash, append(kept, x))
+			}
+		}
+	}
+}
