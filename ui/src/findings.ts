@@ -16,8 +16,12 @@ export interface Finding {
   rule: string; timescale: string; subject: string; start_ns: number; end_ns: number; severity: number; score: number;
   resource?: string; culprit?: Culprit; summary: string; vitals: string[] | null; processes?: FindingProcess[]; evidence?: FindingEvidence[];
 }
+/** How an incident showed in the host's history before the range, when
+ * nothing in it is new: since when, in what share of the time, at what
+ * typical severity. */
+export interface Before { since_ns: number; share: number; severity: number }
 export interface Incident {
-  rank: number; severity: number; resource: string; summary: string; start_ns: number; end_ns: number;
+  rank: number; severity: number; new_severity: number; before?: Before; resource: string; summary: string; start_ns: number; end_ns: number;
   culprit?: Culprit; processes?: FindingProcess[]; rules: string[]; findings: Finding[]; drill: { what: string; command: string }[];
 }
 export interface FindingsAnswer { host: string; from: number; to: number; rules: string[]; incidents: Incident[] }
@@ -84,11 +88,14 @@ function incidentCard(i: Incident, p: FindingsPage): HTMLElement {
   const c = i.culprit;
   const show = (tab: Pick['tab'], vital = vitalOf(i)) => () => p.onPick({ from: i.start_ns, to: i.end_ns, vital, tab, pid: c?.pid });
   const sev = i.severity > 0 ? `${Math.round(i.severity * 100)}%` : '—';
-  return h('li', { class: 'incident', 'data-rank': i.rank, 'data-rules': i.rules.join(' '), 'data-function': c?.function ?? '' },
+  const b = i.before;
+  return h('li', { class: b ? 'incident as-before' : 'incident', 'data-rank': i.rank, 'data-rules': i.rules.join(' '), 'data-function': c?.function ?? '' },
     h('div', { class: 'incident-head' },
       h('span', { class: 'severity', title: i.severity > 0 ? 'severity: what it costs' : 'no cost measured' },
         h('span', { class: 'bar', style: `width:${Math.round(Math.min(i.severity, 1) * 100)}%` }), sev),
       h('span', { class: 'chip resource' }, i.resource),
+      b ? h('span', { class: 'chip before', title: `seen since ${fmtTime(b.since_ns)} in ${Math.round(b.share * 100)}% of the time ` +
+        `before this range, at a typical severity of ${Math.round(b.severity * 100)}%: ranked below every new incident` }, 'as before') : '',
       h('span', { class: 'summary' }, i.summary)),
     h('div', { class: 'incident-meta' },
       `${fmtTime(i.start_ns, true)} for ${fmtDuration(i.end_ns - i.start_ns)}`,
