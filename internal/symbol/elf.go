@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"unsafe"
@@ -102,7 +103,7 @@ func findBuildIDNote(data []byte, bo binary.ByteOrder, align uint64) string {
 type elfObject struct {
 	buildID string
 	segs    []loadSeg
-	syms    []elfSym // sorted by start, one per address
+	syms    symTable
 }
 
 type loadSeg struct {
@@ -138,11 +139,96 @@ func (o *elfObject) vaddr(fileOff uint64, exec bool) (uint64, bool) {
 
 // lookup returns the function symbol containing the virtual address va.
 func (o *elfObject) lookup(va uint64) (elfSym, bool) {
-	i := sort.Search(len(o.syms), func(i int) bool { return o.syms[i].start > va }) - 1
-	if i < 0 || va >= o.syms[i].end {
+	t := &o.syms
+	i := sort.Search(len(t.starts), func(i int) bool { return t.starts[i] > va }) - 1
+	if i < 0 || va >= t.end(i) {
 		return elfSym{}, false
 	}
-	return o.syms[i], true
+	return t.sym(i), true
+}
+
+// symTable is an object's function symbols, sorted by start, one per
+// address, held in columns: a start, a size and a name a symbol. The names
+// are front-coded: each says how many bytes it shares with the one before
+// and stores the rest, from a full name every symRestart symbols. Names
+// in address order share long prefixes (a Go package's path, a C++
+// namespace and class), so a table takes a third or less of its names'
+// bytes; a look-up decodes at most symRestart of them.
+type symTable struct {
+	starts []uint64
+	sizes  []uint32 // 0: up to the next symbol, or the segment's end
+	// names holds each name as uvarint(shared), uvarint(len(rest)), rest;
+	// restarts[i] is where the name of symbol i*symRestart begins.
+	names    []byte
+	restarts []uint32
+	segEnd   []uint64 // of the last symbol, when its size is 0
+}
+
+const symRestart = 16
+
+func (t *symTable) len() int { return len(t.starts) }
+
+// end is where symbol i ends.
+func (t *symTable) end(i int) uint64 {
+	switch {
+	case t.sizes[i] > 0:
+		return t.starts[i] + uint64(t.sizes[i])
+	case i+1 < len(t.starts):
+		return t.starts[i+1]
+	case len(t.segEnd) > 0:
+		return t.segEnd[0]
+	}
+	return t.starts[i] + 1
+}
+
+// sym is symbol i.
+func (t *symTable) sym(i int) elfSym {
+	return elfSym{start: t.starts[i], end: t.end(i), name: t.name(i)}
+}
+
+// name decodes symbol i's name from its restart point.
+func (t *symTable) name(i int) string {
+	var buf []byte
+	off := int(t.restarts[i/symRestart])
+	for range i%symRestart + 1 {
+		shared, n := binary.Uvarint(t.names[off:])
+		off += n
+		rest, n := binary.Uvarint(t.names[off:])
+		off += n
+		buf = append(buf[:shared], t.names[off:off+int(rest)]...)
+		off += int(rest)
+	}
+	return string(buf)
+}
+
+// add appends a symbol whose start is at or after the last one's.
+func (t *symTable) add(start, size uint64, name, prev string) {
+	i := len(t.starts)
+	t.starts = append(t.starts, start)
+	t.sizes = append(t.sizes, uint32(min(size, 1<<32-1)))
+	shared := 0
+	if i%symRestart == 0 {
+		t.restarts = append(t.restarts, uint32(len(t.names)))
+	} else {
+		for shared < len(name) && shared < len(prev) && name[shared] == prev[shared] {
+			shared++
+		}
+	}
+	t.names = binary.AppendUvarint(t.names, uint64(shared))
+	t.names = binary.AppendUvarint(t.names, uint64(len(name)-shared))
+	t.names = append(t.names, name[shared:]...)
+}
+
+// trim gives the columns their final sizes: they are kept for as long as
+// the object is cached.
+func (t *symTable) trim() {
+	t.starts, t.sizes = slices.Clip(t.starts), slices.Clip(t.sizes)
+	t.names, t.restarts = slices.Clip(t.names), slices.Clip(t.restarts)
+}
+
+// size estimates the bytes t holds.
+func (t *symTable) size() int {
+	return 12*len(t.starts) + len(t.names) + 4*len(t.restarts)
 }
 
 // candSym is a function symbol before de-duplication.
@@ -205,39 +291,28 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 		}
 		return a.name < b.name
 	})
-	o.syms = make([]elfSym, 0, len(cands))
-	sizes := make([]uint64, 0, len(cands))
-	for _, c := range cands {
-		if n := len(o.syms); n > 0 && o.syms[n-1].start == c.start {
-			sizes[n-1] = max(sizes[n-1], c.size)
-			continue
+	prev := ""
+	for i := 0; i < len(cands); {
+		// The symbols at one address: the first named, the largest size.
+		c, size := cands[i], cands[i].size
+		for i++; i < len(cands) && cands[i].start == c.start; i++ {
+			size = max(size, cands[i].size)
 		}
 		// C++ and Rust names are stored as people read them (see demangle).
-		o.syms = append(o.syms, elfSym{start: c.start, name: demangle(c.name)})
-		sizes = append(sizes, c.size)
+		name := demangle(c.name)
+		o.syms.add(c.start, size, name, prev)
+		prev = name
 	}
-	packNames(len(o.syms), func(i int) *string { return &o.syms[i].name })
-	for i := range o.syms {
-		s := &o.syms[i]
-		switch {
-		case sizes[i] > 0:
-			s.end = s.start + sizes[i]
-		case i+1 < len(o.syms):
-			s.end = o.syms[i+1].start
-		default:
-			s.end = o.segEnd(s.start)
-		}
+	if n := o.syms.len(); n > 0 && o.syms.sizes[n-1] == 0 {
+		o.syms.segEnd = []uint64{o.segEnd(o.syms.starts[n-1])}
 	}
+	o.syms.trim()
 	return o, nil
 }
 
 // size estimates the bytes o holds.
 func (o *elfObject) size() int {
-	n := len(o.buildID) + len(o.segs)*int(unsafe.Sizeof(loadSeg{})) + len(o.syms)*int(unsafe.Sizeof(elfSym{}))
-	for _, s := range o.syms {
-		n += len(s.name)
-	}
-	return n
+	return len(o.buildID) + len(o.segs)*int(unsafe.Sizeof(loadSeg{})) + o.syms.size()
 }
 
 // segEnd returns the end of the memory image of the segment containing va, or va+1 if none does.
@@ -248,28 +323,6 @@ func (o *elfObject) segEnd(va uint64) uint64 {
 		}
 	}
 	return va + 1
-}
-
-// packNames copies the n strings name(i) points at into one allocation
-// and points them into it: a symbol table's names cost their bytes, not an
-// allocation each, nor whatever larger string they were cut from.
-func packNames(n int, name func(i int) *string) {
-	size := 0
-	for i := range n {
-		size += len(*name(i))
-	}
-	var b strings.Builder
-	b.Grow(size)
-	for i := range n {
-		b.WriteString(*name(i))
-	}
-	all, off := b.String(), 0
-	for i := range n {
-		p := name(i)
-		l := len(*p)
-		*p = all[off : off+l]
-		off += l
-	}
 }
 
 func isFunc(s elf.Symbol) bool {

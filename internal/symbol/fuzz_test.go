@@ -50,10 +50,8 @@ func FuzzELF(f *testing.F) {
 				checkLookup(t, o, va)
 			}
 		}
-		for i, s := range o.syms {
-			if i == 64 {
-				break
-			}
+		for i := range min(o.syms.len(), 64) {
+			s := o.syms.sym(i)
 			checkLookup(t, o, s.start)
 			if s.end > s.start {
 				checkLookup(t, o, s.end-1)

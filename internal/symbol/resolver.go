@@ -19,11 +19,13 @@ const (
 	maxProcesses = 1024
 	// maxELFFiles and maxELFBytes bound the cache of parsed ELF symbol
 	// tables, by files and by their estimated size: one Go binary with
-	// DuckDB linked in (holter, its tests) is some 12 MB of symbols, and
-	// at 24 MB a host running a few of them re-parsed them in turn (5.9 GB
-	// allocated in 100 s). maxELFFiles also bounds the mapped files known.
+	// DuckDB linked in (holter, its tests) is some 6 MB of symbols (91 000
+	// of them; 10 MB before their names were front-coded), and a cache
+	// of two of them made a host running a few re-parse them in turn (5.9
+	// GB allocated in 100 s). maxELFFiles also bounds the mapped files
+	// known.
 	maxELFFiles = 64
-	maxELFBytes = 48 << 20
+	maxELFBytes = 28 << 20
 	// maxImages bounds the executables whose last process's layout is kept
 	// to symbolize processes of theirs that are gone (ResolveImage).
 	maxImages = 256
