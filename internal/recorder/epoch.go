@@ -41,8 +41,11 @@ type epochState struct {
 	// unresolved are samples to symbolize again when the epoch closes.
 	unresolved []unresolved
 	stacks     map[uint64]store.Stack
-	exes       map[string]store.Executable
-	result     *store.Epoch
+	// names are the frames' and modules' names the epoch's stacks hold,
+	// one copy of each (addStack).
+	names  map[string]string
+	exes   map[string]store.Executable
+	result *store.Epoch
 }
 
 func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochState {
@@ -52,6 +55,7 @@ func (r *Recorder) newEpoch(gen uint64, number int64, start time.Time) *epochSta
 		userNs:    userCPUTime(),
 		cap:       newSampleCap(r.day.allowance()),
 		stacks:    map[uint64]store.Stack{},
+		names:     map[string]string{},
 		exes:      map[string]store.Executable{},
 	}
 }
@@ -397,18 +401,30 @@ func (r *Recorder) exe(ep *epochState, pid uint32, img symbol.Image) string {
 	return path
 }
 
-// addStack keeps st for the epoch. Its frames' names are copied: the
-// symbol caches pack a file's names into one string, and a name kept
-// would keep all of them alive after the cache let the file go.
+// addStack keeps st for the epoch. Its frames' names are copied, once
+// each for the epoch: the symbol caches pack a file's names into one
+// string (and a memory map's into its line), which a name kept would keep
+// alive after the cache let the file go; and an epoch's thousands of
+// stacks repeat a few hundred modules and functions.
 func (ep *epochState) addStack(st store.Stack) uint64 {
 	if _, ok := ep.stacks[st.ID]; !ok {
 		for i := range st.Frames {
-			st.Frames[i] = strings.Clone(st.Frames[i])
-			st.Modules[i] = strings.Clone(st.Modules[i])
+			st.Frames[i] = ep.name(st.Frames[i])
+			st.Modules[i] = ep.name(st.Modules[i])
 		}
 		ep.stacks[st.ID] = st
 	}
 	return st.ID
+}
+
+// name is the epoch's copy of s.
+func (ep *epochState) name(s string) string {
+	if c, ok := ep.names[s]; ok {
+		return c
+	}
+	c := strings.Clone(s)
+	ep.names[c] = c
+	return c
 }
 
 func (r *Recorder) kernelStack(addrs []uint64) store.Stack {
