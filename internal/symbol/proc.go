@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unique"
 )
 
 // mapping is one line of /proc/PID/maps.
@@ -21,6 +22,11 @@ type mapping struct {
 	exec            bool
 	name            string // file path without " (deleted)", pseudo name such as "[vdso]", or "" for anonymous memory
 	deleted         bool
+	// interned are the one copies of dev and name that every process's
+	// mappings of a file share (unique.Make), kept while this one is: a
+	// mapping otherwise keeps its whole maps line alive, and the cached
+	// processes' maps repeat the same few hundred libraries.
+	interned [2]unique.Handle[string]
 
 	// Lazily filled by the resolver under the owning process lock: the
 	// ELF cache's key for the file ("" when it has no usable symbols).
@@ -121,7 +127,7 @@ func parseMapsLine(line string) (*mapping, error) {
 	if !ok || len(perms) < 3 {
 		return nil, fmt.Errorf("malformed maps line %q", line)
 	}
-	m := &mapping{exec: perms[2] == 'x', dev: dev}
+	m := &mapping{exec: perms[2] == 'x'}
 	var err error
 	if m.start, err = strconv.ParseUint(lo, 16, 64); err != nil {
 		return nil, fmt.Errorf("maps start address: %w", err)
@@ -139,7 +145,8 @@ func parseMapsLine(line string) (*mapping, error) {
 	if n, ok := strings.CutSuffix(name, " (deleted)"); ok && strings.HasPrefix(name, "/") {
 		name, m.deleted = n, true
 	}
-	m.name = name
+	m.interned = [2]unique.Handle[string]{unique.Make(dev), unique.Make(name)}
+	m.dev, m.name = m.interned[0].Value(), m.interned[1].Value()
 	return m, nil
 }
 
