@@ -36,7 +36,12 @@ const maxFloor = 1 << 32
 //     is sampled more coarsely, only the samples taken when their label's
 //     estimate had reached its floor kept, a power of two doubled until
 //     the epoch fits — the logarithmic sampling started higher, so the
-//     labels that counted most keep theirs.
+//     labels that counted most keep theirs. A label's first is the first
+//     sample taken of it, kept or not: a heavy label whose first lost its
+//     place among the firsts keeps its later samples by the floor, as any
+//     heavy label does, rather than each of them drawn as a first again
+//     (on a host with churn, thousands of firsts an epoch, a process
+//     blocked all epoch long kept no sample of it).
 //
 // What is dropped is counted per vital, never lost silently, and mostly
 // dropped before its stacks are symbolized, so the cap also bounds the
@@ -47,19 +52,19 @@ type sampleCap struct {
 	kept    [numVitals]int
 	firsts  [numVitals]int // kept samples that are their label's first this epoch
 	dropped [numVitals]uint64
-	labels  map[capLabel]struct{} // labels with a first sample kept this epoch
 	// first tells, for each kept sample in the order of the samples
 	// slice, whether it is its label's first: a flag beside each sample
 	// rather than a set of their keys, because under churn most samples
 	// are firsts and the reservoir drops one of them at a time.
 	first []bool
 	// offered counts the labels' first samples offered this epoch, kept
-	// or not; swap is set by admit when the first it let in is to take
-	// the place of a random kept first (the reservoir).
-	offered int
-	swap    bool
+	// or not. Of the sample admit last let in, for added: isFirst says it
+	// is its label's first, swap that it is to take the place of a
+	// random kept first (the reservoir).
+	offered       int
+	isFirst, swap bool
 	// top is each label's highest estimate among the samples taken this
-	// epoch, kept or not (see fold).
+	// epoch, kept or not (see fold); a label not in it has had none.
 	top map[capLabel]uint64
 }
 
@@ -69,7 +74,7 @@ type capLabel struct {
 }
 
 func newSampleCap(max int) sampleCap {
-	return sampleCap{max: max, labels: map[capLabel]struct{}{}, top: map[capLabel]uint64{}}
+	return sampleCap{max: max, top: map[capLabel]uint64{}}
 }
 
 // counts are the samples kept, and of them the firsts.
@@ -103,11 +108,12 @@ func (c *sampleCap) admit(v Vital, label, est uint64) bool {
 	if c.max < 0 {
 		return true
 	}
-	if k := (capLabel{v, label}); est > c.top[k] {
-		c.top[k] = est
-	}
+	k := capLabel{v, label}
+	top, taken := c.top[k]
+	c.top[k] = max(top, est)
+	c.isFirst = !taken
 	total, firsts := c.counts()
-	if _, seen := c.labels[capLabel{v, label}]; !seen {
+	if c.isFirst {
 		c.offered++
 		if total < c.max || (firsts < c.half() && total > firsts) {
 			return true // room, or made by sampling the others more coarsely
@@ -137,23 +143,20 @@ func (c *sampleCap) coarsest() (Vital, bool) {
 	return best, most > 0
 }
 
-// added records that the sample of v's label just admitted was appended
+// added records that the sample of vital v just admitted was appended
 // to samples and brings the epoch back under the cap. It returns samples,
 // shortened.
-func (c *sampleCap) added(v Vital, label uint64, samples []store.Sample) []store.Sample {
+func (c *sampleCap) added(v Vital, samples []store.Sample) []store.Sample {
 	c.kept[v]++
 	if c.max < 0 {
 		return samples
 	}
-	key := capLabel{v, label}
-	isFirst := false
-	if _, seen := c.labels[key]; !seen {
-		c.labels[key], isFirst = struct{}{}, true
+	if c.isFirst {
 		c.firsts[v]++
 	}
-	c.first = append(c.first, isFirst)
-	swap := c.swap && isFirst
-	c.swap = false
+	c.first = append(c.first, c.isFirst)
+	swap := c.swap && c.isFirst
+	c.isFirst, c.swap = false, false
 	for {
 		total, firsts := c.counts()
 		if total <= c.max {
@@ -217,7 +220,6 @@ func (c *sampleCap) dropFirst(samples []store.Sample, k int) []store.Sample {
 		c.kept[u]--
 		c.firsts[u]--
 		c.dropped[u]++
-		delete(c.labels, capLabel{u, samples[i].LabelHash})
 		c.first = slices.Delete(c.first, i, i+1)
 		return slices.Delete(samples, i, i+1) // the dropped sample's map goes now
 	}

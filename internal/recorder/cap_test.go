@@ -18,7 +18,6 @@ import (
 // (new processes), and heavy labels of thousands of events each. Each
 // sample has a user stack of its own label.
 func churnSamples(v Vital, n, heavy int, rng *rand.Rand, base uint64) ([]store.Sample, map[uint64]store.Stack) {
-	counts := map[uint64]uint64{}
 	var events []uint64
 	for i := range n {
 		label := base + uint64(1000+i)
@@ -33,6 +32,14 @@ func churnSamples(v Vital, n, heavy int, rng *rand.Rand, base uint64) ([]store.S
 		}
 	}
 	rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+	return logSamples(v, events)
+}
+
+// logSamples are the samples the sketch's logarithmic sampling (t = 2)
+// takes of v's events, one label each, in their order: a label's sample
+// at each power of two its count crosses, its first event included.
+func logSamples(v Vital, events []uint64) ([]store.Sample, map[uint64]store.Stack) {
+	counts := map[uint64]uint64{}
 	var out []store.Sample
 	stacks := map[uint64]store.Stack{}
 	for i, label := range events {
@@ -87,7 +94,7 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	for _, s := range all {
 		v, _ := vitalByName(s.Vital)
 		if c.admit(v, s.LabelHash, s.EstCount) {
-			kept = c.added(v, s.LabelHash, append(kept, s))
+			kept = c.added(v, append(kept, s))
 		}
 	}
 	if len(kept) > max {
@@ -104,7 +111,7 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	if !next.admit(Kmem, 7, 1) {
 		t.Errorf("next epoch: a new kmem label's first sample refused")
 	}
-	next.added(Kmem, 7, make([]store.Sample, 1))
+	next.added(Kmem, make([]store.Sample, 1))
 	if next.admit(Kmem, 7, 1) || next.dropped[Kmem] != 1 || !next.admit(Sched, 7, 1) {
 		t.Errorf("next epoch: kmem's second sample at estimate 1 admitted or not counted (%d), or sched's first refused", next.dropped[Kmem])
 	}
@@ -208,7 +215,7 @@ func TestCapSharesFirstsAndHeavy(t *testing.T) {
 	var kept []store.Sample
 	for _, x := range s {
 		if c.admit(Kmem, x.LabelHash, x.EstCount) {
-			kept = c.added(Kmem, x.LabelHash, append(kept, x))
+			kept = c.added(Kmem, append(kept, x))
 		}
 	}
 	if len(kept) != limit || uint64(len(kept))+c.dropped[Kmem] != uint64(len(s)) {
@@ -252,18 +259,67 @@ func TestCapSharesFirstsAndHeavy(t *testing.T) {
 	// Folded, each label kept weighs what it counted: its kept samples'
 	// highest estimate is the highest taken, kept or not.
 	c.fold(kept)
-	taken, weighs := map[uint64]uint64{}, map[uint64]uint64{}
-	for _, x := range s {
-		taken[x.LabelHash] = max(taken[x.LabelHash], x.EstCount)
-	}
-	for _, x := range kept {
-		weighs[x.LabelHash] = max(weighs[x.LabelHash], x.EstCount)
-	}
+	taken, weighs := topEstimates(s), topEstimates(kept)
 	for l, w := range weighs {
 		if w != taken[l] {
 			t.Errorf("label %d weighs %d after the fold, counted %d", l, w, taken[l])
 		}
 	}
+}
+
+// TestCapKeepsHeavyLabelsOfALateStart: on a host with churn, the epoch's
+// first samples are thousands and the firsts' half keeps a few of them;
+// labels that start late and grow heavy — a process blocked on a peer from
+// the epoch's middle on — may lose their first to the reservoir, and must
+// still keep their later samples as heavy labels do, each weighing what
+// it counted once folded. Before, such a label's every later sample was
+// drawn as a first again and most heavy labels kept nothing.
+func TestCapKeepsHeavyLabelsOfALateStart(t *testing.T) {
+	const limit, churn, heavy = 100, 4000, 6
+	rng := rand.New(rand.NewPCG(7, 8))
+	var events []uint64
+	for i := range churn {
+		events = append(events, uint64(1000+i))
+	}
+	var late []uint64
+	for h := range heavy {
+		for range 2000 + rng.IntN(2000) {
+			late = append(late, uint64(1+h))
+		}
+	}
+	for i := range churn {
+		late = append(late, uint64(1000+churn+i))
+	}
+	rng.Shuffle(len(late), func(i, j int) { late[i], late[j] = late[j], late[i] })
+	s, _ := logSamples(Blck, append(events, late...))
+	c := newSampleCap(limit)
+	var kept []store.Sample
+	for _, x := range s {
+		if c.admit(Blck, x.LabelHash, x.EstCount) {
+			kept = c.added(Blck, append(kept, x))
+		}
+	}
+	if len(kept) > limit || uint64(len(kept))+c.dropped[Blck] != uint64(len(s)) {
+		t.Errorf("kept %d (cap %d), dropped %d, offered %d", len(kept), limit, c.dropped[Blck], len(s))
+	}
+	c.fold(kept)
+	counted, weighs := topEstimates(s), topEstimates(kept)
+	for h := range heavy {
+		l := uint64(1 + h)
+		if weighs[l] != counted[l] {
+			t.Errorf("heavy label %d (%d events) weighs %d once folded", l, counted[l], weighs[l])
+		}
+	}
+	t.Logf("kept %d of %d samples; floor %d", len(kept), len(s), c.floor[Blck])
+}
+
+// topEstimates is each label's highest estimate among samples.
+func topEstimates(samples []store.Sample) map[uint64]uint64 {
+	top := map[uint64]uint64{}
+	for _, x := range samples {
+		top[x.LabelHash] = max(top[x.LabelHash], x.EstCount)
+	}
+	return top
 }
 
 // TestDayBudgetHoldsADay runs the storage budget through two days of
@@ -349,7 +405,7 @@ func BenchmarkCapUnderChurn(b *testing.B) {
 		var kept []store.Sample
 		for _, x := range s {
 			if c.admit(Kmem, x.LabelHash, x.EstCount) {
-				kept = c.added(Kmem, x.LabelHash, append(kept, x))
+				kept = c.added(Kmem, append(kept, x))
 			}
 		}
 	}

@@ -291,7 +291,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs), slices.Clone(words)})
 		}
 	}
-	ep.samples = ep.cap.added(v, s.Label, append(ep.samples, out))
+	ep.samples = ep.cap.added(v, append(ep.samples, out))
 }
 
 // unresolved is a sample of a process that was gone when it was read,
