@@ -41,11 +41,6 @@ import (
 type budgetState struct {
 	shift [numVitals]uint // t = 1 << shift
 	thin  [numVitals]uint // 1 in 1 << thin of the sketch's non-crossing events; 0: all
-	// stored is the shift the storage budget's floor asks for (the
-	// floor the last epoch's cap reached, carried at half): the kernel
-	// then samples no finer than the store keeps. The threshold in force
-	// is the larger (threshold).
-	stored [numVitals]uint
 	// The runs, samples and sketched events of the epochs finished so far
 	// (added when their copy is read), and the totals at the last look.
 	done, seen [numVitals]counts
@@ -53,10 +48,6 @@ type budgetState struct {
 	last       time.Time
 	calm       int // looks in a row under half the budget
 }
-
-// threshold is the shift in force for v: the CPU budget's or the
-// storage budget's, the larger.
-func (b *budgetState) threshold(v Vital) uint { return max(b.shift[v], b.stored[v]) }
 
 // counts are what the budget reads of a vital's exact totals.
 type counts struct{ runs, samples, sketched uint64 }
@@ -200,7 +191,7 @@ func (r *Recorder) govern(now time.Time) {
 	}
 	for v := range r.attached {
 		r.setVitalStatus(v, func(s *VitalStatus) {
-			s.Threshold, s.Thin, s.Reason = 1<<b.threshold(v), 1<<b.thin[v], r.throttleReason(v)
+			s.Threshold, s.Thin, s.Reason = 1<<b.shift[v], 1<<b.thin[v], r.throttleReason(v)
 		})
 	}
 	r.writeControl()
@@ -297,9 +288,6 @@ func (r *Recorder) throttleReason(v Vital) string {
 	var why []string
 	if b.thin[v] != 0 || b.shift[v] > r.cfg.Shift {
 		why = append(why, "throttled by the CPU budget: "+r.throttleText(v))
-	}
-	if b.stored[v] > max(b.shift[v], r.cfg.Shift) {
-		why = append(why, fmt.Sprintf("sampled at t=%d for the storage budget", 1<<b.stored[v]))
 	}
 	return strings.Join(why, "; ")
 }

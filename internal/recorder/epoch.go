@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/holter-dev/holter/internal/clock"
 	"hash/fnv"
-	"math/bits"
 	"net/netip"
 	"os"
 	"path"
@@ -142,11 +141,6 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 			s.Capped += sv.Capped
 		})
 	}
-	if r.storedThresholds(&next.cap) {
-		if err := r.writeControl(); err != nil {
-			return nil, err
-		}
-	}
 	for _, st := range ep.stacks {
 		res.Stacks = append(res.Stacks, st)
 	}
@@ -164,27 +158,6 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 	return next, nil
 }
 
-// storedThresholds sets each vital's storage threshold from the floor the
-// next epoch's cap starts at, and tells whether one changed: samples under
-// the floor would be dropped, so the kernel need not take them (its first
-// sample of a label it takes at any threshold). r.ctlMu held.
-func (r *Recorder) storedThresholds(c *sampleCap) bool {
-	changed := false
-	for v := range r.attached {
-		s := uint(0)
-		if f := c.floor[v]; f >= 2 {
-			s = min(uint(bits.Len64(f)-1), 16)
-		}
-		if s != r.budget.stored[v] {
-			r.budget.stored[v], changed = s, true
-			r.setVitalStatus(Vital(v), func(st *VitalStatus) {
-				st.Threshold, st.Reason = 1<<r.budget.threshold(Vital(v)), r.throttleReason(Vital(v))
-			})
-		}
-	}
-	return changed
-}
-
 // readAndClear reads one vital's finished copy and zeroes it for reuse two
 // epochs later; it also returns what the budget counts of it.
 func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, counts, error) {
@@ -193,7 +166,7 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, counts, e
 	if err := r.objs.maps.Stats.Lookup(key, &per); err != nil {
 		return store.Vital{}, counts{}, fmt.Errorf("read %s totals: %w", v, err)
 	}
-	out := store.Vital{Name: v.String(), Threshold: 1 << r.budget.threshold(v)}
+	out := store.Vital{Name: v.String(), Threshold: 1 << r.budget.shift[v]}
 	var c counts
 	for _, s := range per {
 		c = c.add(counts{s.Runs, s.Samples, s.Sketched})

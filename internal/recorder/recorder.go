@@ -358,7 +358,7 @@ func (r *Recorder) enable(v Vital) error {
 	r.attached[v] = a
 	r.clock.attach(a.progs)
 	r.setVitalStatus(v, func(s *VitalStatus) {
-		s.State, s.Reason, s.Trigger, s.Threshold, s.Thin = "recording", r.throttleReason(v), a.trigger, 1<<r.budget.threshold(v), 1<<r.budget.thin[v]
+		s.State, s.Reason, s.Trigger, s.Threshold, s.Thin = "recording", r.throttleReason(v), a.trigger, 1<<r.budget.shift[v], 1<<r.budget.thin[v]
 	})
 	return nil
 }
@@ -403,7 +403,7 @@ func (r *Recorder) writeControl() error {
 	ctl.Gen = r.gen
 	ctl.Seed = r.seeds
 	for i := range ctl.Shift {
-		ctl.Shift[i] = uint32(r.budget.threshold(Vital(i)))
+		ctl.Shift[i] = uint32(r.budget.shift[i])
 		ctl.Thin[i] = uint32(r.budget.thin[i])
 	}
 	for v := range r.attached {
