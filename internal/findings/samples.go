@@ -173,23 +173,24 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 		ids = append(ids, more...)
 		lo = hi
 	}
-	// Each group's share of its vital's represented weight and events in
-	// the interval, times the vital's exact totals.
-	type key struct {
-		i     int
-		vital string
+	// Each group's represented weight and events, scaled up to the
+	// vital's exact totals in the interval as far as the samples' tails
+	// go (scaleUp).
+	t, err := w.thresholds(ctx, q, index, width, from, to)
+	if err != nil {
+		return err
 	}
-	dw, de := map[key]float64{}, map[key]float64{}
+	dw, de := map[vitalAt]float64{}, map[vitalAt]float64{}
 	for _, g := range w.Groups {
-		k := key{g.Interval, g.Vital}
+		k := vitalAt{g.Interval, g.Vital}
 		dw[k] += g.Weight
 		de[k] += g.Events
 	}
 	for n := range w.Groups {
 		g := &w.Groups[n]
-		k, s := key{g.Interval, g.Vital}, w.Vitals[g.Vital]
-		g.Weight = share(g.Weight, dw[k]) * s.Weight[g.Interval]
-		g.Events = share(g.Events, de[k]) * s.Events[g.Interval]
+		k, s := vitalAt{g.Interval, g.Vital}, w.Vitals[g.Vital]
+		g.Weight *= scaleUp(dw[k], s.Weight[g.Interval], t[k])
+		g.Events *= scaleUp(de[k], s.Events[g.Interval], t[k])
 	}
 	w.sumProcs()
 	if err := w.Stacks.fetch(ctx, q, ids); err != nil {
@@ -246,11 +247,51 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 	return nil
 }
 
-func share(part, whole float64) float64 {
-	if whole <= 0 {
+// vitalAt is a vital in an interval of a window.
+type vitalAt struct {
+	i     int
+	vital string
+}
+
+// scaleUp is what a vital's represented weight (or events) in an
+// interval stands for, as a factor: its exact total over the represented,
+// but at most the vital's sampling threshold t there. A label's samples,
+// taken as its estimate crosses each power of t, represent more than 1/t
+// of what it counted (the rest came after its last sample, below the next
+// power), so that is all the scaling up makes good. What is missing beyond
+// it is the weight of labels no sample was kept of — on a busy host the
+// storage budget keeps a few in a hundred — which is no kept process's:
+// spread over them, it made one thread blocked on a peer block 5 s a
+// second, and every process kept look as busy. t unknown (0): the exact
+// total over the represented.
+func scaleUp(represented, total, t float64) float64 {
+	if represented <= 0 {
 		return 0
 	}
-	return part / whole
+	f := total / represented
+	if t >= 2 {
+		f = math.Min(f, t)
+	}
+	return f
+}
+
+// thresholds reads each vital's sampling threshold per interval, the
+// largest among the interval's epochs.
+func (w *Window) thresholds(ctx context.Context, q Querier, index map[int64]int, width, from, to int64) (map[vitalAt]float64, error) {
+	res, err := q.Query(ctx, fmt.Sprintf(`SELECT %s AS b, v.vital, CAST(max(v.threshold) AS DOUBLE)
+		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
+		WHERE v.host = %s AND e.start_ns >= %d AND e.start_ns < %d GROUP BY b, v.vital`,
+		bucketExpr(width), sqlString(w.Host), from-from%max(width, 1), to))
+	if err != nil {
+		return nil, fmt.Errorf("load sampling thresholds: %w", err)
+	}
+	t := map[vitalAt]float64{}
+	for _, r := range res.Rows {
+		if i, ok := index[toInt(r[0])]; ok {
+			t[vitalAt{i, fmt.Sprint(r[1])}] = toFloat(r[2])
+		}
+	}
+	return t, nil
 }
 
 // loadGroups reads the groups of the samples of the intervals starting in

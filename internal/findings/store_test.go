@@ -216,3 +216,59 @@ func TestMedianEpochLength(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadScalesUpOnlyTheTails writes 5-s epochs as a recorder under a
+// tight storage budget stores them: of the blck vital's 300 s of blocking
+// (60 threads), the samples kept are those of one thread blocked on a peer
+// all epoch long, taken at each power of two (t = 2) its estimate crossed,
+// up to 2^22 µs of its 5 s. Loaded, that thread blocks at most t times
+// what its samples represent — their tail made good, not the 295 s of the
+// labels the budget kept nothing of — and Rule #5 names it; with every
+// label kept (the represented weight a little under the total), the
+// process gets the whole exact total, as before.
+func TestLoadScalesUpOnlyTheTails(t *testing.T) {
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	const epochNs, top = 5e9, 1 << 22
+	for e, total := range []uint64{300e6, 4.9e6} {
+		start := int64(e) * epochNs
+		ep := &store.Epoch{Host: "h", Epoch: int64(e), StartNs: start, EndNs: start + epochNs,
+			Stacks: []store.Stack{{ID: userStack, Kind: "user", Frames: []string{"recv", "holter_ask_peer", "main"}, Modules: []string{"/libc", "/asker", "/asker"}},
+				{ID: kernelStack, Kind: "kernel", Frames: []string{"wait_woken", "sk_wait_data", "tcp_recvmsg_locked", "tcp_recvmsg"}, Modules: []string{"", "", "", ""}}},
+			Vitals: []store.Vital{{Name: "blck", Events: 100, WeightSum: total, Threshold: 2}, {Name: "cpu", Events: 10, WeightSum: 10000, Threshold: 2}}}
+		for k, est := 0, uint64(1<<18); est <= top; k, est = k+1, est*2 {
+			ep.Samples = append(ep.Samples, store.Sample{TsNs: start + int64(k+1)*1e8, Vital: "blck", LabelHash: 9, Weight: 300_000, EstCount: est,
+				Pid: 80, Tid: 80, Comm: "asker", Exe: "/asker", UStackID: userStack, KStackID: kernelStack, Fields: map[string]any{"delay_ns": int64(3e8)}})
+		}
+		if err := st.WriteEpoch(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := Load(ctx, FromStore(st), LoadOptions{From: time.Unix(0, 0), To: time.Unix(100, 0), CPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	starved, full := w.Proc(0, "blck", 80).Weight, w.Proc(1, "blck", 80).Weight
+	t.Logf("blocked %.2f s in the starved epoch, %.2f s in the full one", starved/1e6, full/1e6)
+	if starved < top || starved > 2*top {
+		t.Errorf("a thread blocked all epoch long, its samples representing %.2f s, counted %.2f s: the budget's dropped labels were spread over it",
+			float64(top)/1e6, starved/1e6)
+	}
+	if math.Abs(full-4.9e6) > 1 {
+		t.Errorf("with every label kept the process weighs %.0f µs, want the exact total 4.9e6", full)
+	}
+	var blocking []Finding
+	found, _ := Evaluate(w, Rules(DefaultLevels))
+	for _, f := range found {
+		if f.Rule == "rule5-blocking" {
+			blocking = append(blocking, f)
+		}
+	}
+	if len(blocking) != 1 || blocking[0].Culprit == nil || blocking[0].Culprit.Function != "holter_ask_peer" {
+		t.Fatalf("rule 5: %+v, want one finding on holter_ask_peer", blocking)
+	}
+}

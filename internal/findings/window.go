@@ -206,9 +206,11 @@ var ErrNoData = fmt.Errorf("nothing recorded")
 // its label's estimated weight crosses the next power of the threshold, so
 // a sample stands for the weight its label gathered since the label's
 // previous sample in the epoch (the difference of their est_count) and for
-// about that weight divided by its own weight in events. A process's share
-// of a vital is its share of these represented weights, and its Weight and
-// Events are that share of the vital's exact totals. At rollup timescales
+// about that weight divided by its own weight in events. A process's
+// Weight and Events are its represented weight and events scaled up
+// towards the vital's exact totals, by at most the vital's threshold t (a
+// label's samples represent more than 1/t of what it counted; the rest of
+// a total is labels no sample was kept of: scaleUp). At rollup timescales
 // they come from the raw samples still retained.
 func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
 	if o.Timescale == "" {
