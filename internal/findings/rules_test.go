@@ -369,3 +369,31 @@ func TestEWMAOnAFlatZeroBaseline(t *testing.T) {
 		t.Fatalf("a rise on a flat zero: %+v", got)
 	}
 }
+
+// TestWaitsForWork: the recorder's cap asks, from a blck sample's kernel
+// stack alone, whether it waited for work: a sleep, a poll, a child or a
+// kernel worker's queue do; a socket, the disk, and a futex (a lock or a
+// parked worker: only the user stack tells) do not.
+func TestWaitsForWork(t *testing.T) {
+	for _, c := range []struct {
+		frames []string
+		want   bool
+	}{
+		{[]string{"schedule", "do_nanosleep", "hrtimer_nanosleep", "__x64_sys_clock_nanosleep"}, true},
+		{[]string{"schedule", "schedule_hrtimeout_range", "do_sys_poll", "__x64_sys_poll"}, true},
+		{[]string{"schedule", "do_wait", "kernel_wait4"}, true},
+		{[]string{"schedule", "worker_thread", "kthread", "ret_from_fork_asm"}, true},
+		{[]string{"wait_woken", "sk_wait_data", "tcp_recvmsg_locked", "tcp_recvmsg"}, false},
+		{[]string{"io_schedule", "folio_wait_bit_common", "filemap_read"}, false},
+		{[]string{"schedule", "futex_wait_queue", "__futex_wait", "futex_wait"}, false},
+		{nil, false},
+	} {
+		var st *Stack
+		if c.frames != nil {
+			st = &Stack{Frames: c.frames}
+		}
+		if got := WaitsForWork(st); got != c.want {
+			t.Errorf("WaitsForWork(%v) = %v, want %v", c.frames, got, c.want)
+		}
+	}
+}

@@ -80,6 +80,7 @@ var (
 		"pthread_rwlock_wrlock", "__pthread_rwlock_rdlock", "__pthread_rwlock_wrlock", "___pthread_rwlock_rdlock",
 		"___pthread_rwlock_wrlock", "__pthread_rwlock_rdlock_full64", "__pthread_rwlock_wrlock_full64",
 		"pthread_mutex_timedlock", "__pthread_mutex_clocklock_common", "std::sys::sync::mutex::futex::Mutex::lock_contended")
+	futexWaits = set("futex_wait", "__futex_wait", "futex_wait_queue", "futex_do_wait")
 )
 
 func set(names ...string) map[string]bool {
@@ -126,7 +127,7 @@ func ClassifyWait(kernel, user *Stack) Wait {
 			return WaitSocket
 		case idleWaits[b]:
 			return WaitIdle
-		case b == "futex_wait" || b == "__futex_wait" || b == "futex_wait_queue" || b == "futex_do_wait":
+		case futexWaits[b]:
 			futex = true
 		}
 	}
@@ -146,6 +147,21 @@ func ClassifyWait(kernel, user *Stack) Wait {
 		}
 	}
 	return WaitOther
+}
+
+// WaitsForWork says whether a thread blocked with this kernel stack waits
+// for work (WaitIdle), from the kernel stack alone: a futex wait, whose
+// user stack tells a lock from a parked worker, is not said to.
+func WaitsForWork(kernel *Stack) bool {
+	if kernel == nil {
+		return false
+	}
+	for _, f := range kernel.Frames {
+		if futexWaits[baseName(f)] {
+			return false
+		}
+	}
+	return ClassifyWait(kernel, nil) == WaitIdle
 }
 
 // Memory is what a page allocation was for, read from its kernel stack.

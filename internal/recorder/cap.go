@@ -41,7 +41,15 @@ const maxFloor = 1 << 32
 //     place among the firsts keeps its later samples by the floor, as any
 //     heavy label does, rather than each of them drawn as a first again
 //     (on a host with churn, thousands of firsts an epoch, a process
-//     blocked all epoch long kept no sample of it).
+//     blocked all epoch long kept no sample of it);
+//   - a blck sample of a wait for work (a sleep, a poll, a child, a pipe,
+//     a kernel worker's queue: findings.WaitsForWork) is kept only as its
+//     label's first: what is waited for in those is no incident's cause
+//     (Rule #5 leaves them out), and their labels, each a call site of
+//     every process that sleeps or polls there, are the heaviest of the
+//     vital; sampled from a floor up with the others, they held it above
+//     every single thread blocked on a peer or a disk. Their first, once
+//     folded, still weighs all they counted.
 //
 // What is dropped is counted per vital, never lost silently, and mostly
 // dropped before its stacks are symbolized, so the cap also bounds the
@@ -103,8 +111,9 @@ func (c *sampleCap) carry(next *sampleCap) {
 
 // admit tells whether a sample of vital v's label, taken at estimate est,
 // may be kept, counting it dropped otherwise. A label's first sample of
-// the epoch passes any floor.
-func (c *sampleCap) admit(v Vital, label, est uint64) bool {
+// the epoch passes any floor; the others of a wait for work (forWork)
+// none.
+func (c *sampleCap) admit(v Vital, label, est uint64, forWork bool) bool {
 	if c.max < 0 {
 		return true
 	}
@@ -124,7 +133,7 @@ func (c *sampleCap) admit(v Vital, label, est uint64) bool {
 			c.swap = true
 			return true
 		}
-	} else if est >= c.floor[v] && (total < c.max || total > firsts || firsts > c.half()) {
+	} else if !forWork && est >= c.floor[v] && (total < c.max || total > firsts || firsts > c.half()) {
 		return true
 	}
 	c.dropped[v]++

@@ -93,7 +93,7 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	var kept []store.Sample
 	for _, s := range all {
 		v, _ := vitalByName(s.Vital)
-		if c.admit(v, s.LabelHash, s.EstCount) {
+		if c.admit(v, s.LabelHash, s.EstCount, false) {
 			kept = c.added(v, append(kept, s))
 		}
 	}
@@ -108,11 +108,11 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	if next.floor[Kmem] != c.floor[Kmem]/2 || next.floor[Sched] != 0 || next.floor[Kmem] < 2 {
 		t.Errorf("carried floors kmem %d, sched %d; want %d (>= 2), 0", next.floor[Kmem], next.floor[Sched], c.floor[Kmem]/2)
 	}
-	if !next.admit(Kmem, 7, 1) {
+	if !next.admit(Kmem, 7, 1, false) {
 		t.Errorf("next epoch: a new kmem label's first sample refused")
 	}
 	next.added(Kmem, make([]store.Sample, 1))
-	if next.admit(Kmem, 7, 1) || next.dropped[Kmem] != 1 || !next.admit(Sched, 7, 1) {
+	if next.admit(Kmem, 7, 1, false) || next.dropped[Kmem] != 1 || !next.admit(Sched, 7, 1, false) {
 		t.Errorf("next epoch: kmem's second sample at estimate 1 admitted or not counted (%d), or sched's first refused", next.dropped[Kmem])
 	}
 
@@ -214,7 +214,7 @@ func TestCapSharesFirstsAndHeavy(t *testing.T) {
 	c := newSampleCap(limit)
 	var kept []store.Sample
 	for _, x := range s {
-		if c.admit(Kmem, x.LabelHash, x.EstCount) {
+		if c.admit(Kmem, x.LabelHash, x.EstCount, false) {
 			kept = c.added(Kmem, append(kept, x))
 		}
 	}
@@ -295,7 +295,7 @@ func TestCapKeepsHeavyLabelsOfALateStart(t *testing.T) {
 	c := newSampleCap(limit)
 	var kept []store.Sample
 	for _, x := range s {
-		if c.admit(Blck, x.LabelHash, x.EstCount) {
+		if c.admit(Blck, x.LabelHash, x.EstCount, false) {
 			kept = c.added(Blck, append(kept, x))
 		}
 	}
@@ -311,6 +311,58 @@ func TestCapKeepsHeavyLabelsOfALateStart(t *testing.T) {
 		}
 	}
 	t.Logf("kept %d of %d samples; floor %d", len(kept), len(s), c.floor[Blck])
+}
+
+// TestCapKeepsResourceWaitsOverWaitsForWork: blck's heaviest labels are
+// waits for work (a sleep or poll call site shared by every process that
+// sleeps there), far heavier than one thread blocked on a peer all epoch
+// long. Under the cap the waits for work keep no sample but their firsts,
+// and the blocked thread's label keeps its later samples, weighing what it
+// counted once folded; before, the floor rose over it to fit the idle
+// labels' and it kept nothing.
+func TestCapKeepsResourceWaitsOverWaitsForWork(t *testing.T) {
+	const limit, idle = 40, 20
+	rng := rand.New(rand.NewPCG(9, 10))
+	var events []uint64
+	for i := range 400 {
+		events = append(events, uint64(1000+i)) // churn: firsts
+	}
+	for l := range idle {
+		for range 20000 + rng.IntN(20000) {
+			events = append(events, uint64(100+l))
+		}
+	}
+	for range 3000 {
+		events = append(events, 1) // the thread blocked on a peer
+	}
+	rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+	s, _ := logSamples(Blck, events)
+	forWork := func(label uint64) bool { return label >= 100 && label < 1000 }
+	c := newSampleCap(limit)
+	var kept []store.Sample
+	for _, x := range s {
+		if c.admit(Blck, x.LabelHash, x.EstCount, forWork(x.LabelHash)) {
+			kept = c.added(Blck, append(kept, x))
+		}
+	}
+	if len(kept) > limit || uint64(len(kept))+c.dropped[Blck] != uint64(len(s)) {
+		t.Errorf("kept %d (cap %d), dropped %d, offered %d", len(kept), limit, c.dropped[Blck], len(s))
+	}
+	perLabel := map[uint64]int{}
+	for _, x := range kept {
+		perLabel[x.LabelHash]++
+	}
+	for l, n := range perLabel {
+		if forWork(l) && n > 1 {
+			t.Errorf("wait for work %d kept %d samples, want its first at most", l, n)
+		}
+	}
+	c.fold(kept)
+	counted, weighs := topEstimates(s), topEstimates(kept)
+	if weighs[1] != counted[1] {
+		t.Errorf("the thread blocked on a peer (%d µs) weighs %d once folded", counted[1], weighs[1])
+	}
+	t.Logf("kept %d of %d samples, %d of the blocked thread's; floor %d", len(kept), len(s), perLabel[1], c.floor[Blck])
 }
 
 // topEstimates is each label's highest estimate among samples.
@@ -404,7 +456,7 @@ func BenchmarkCapUnderChurn(b *testing.B) {
 		c := newSampleCap(1500)
 		var kept []store.Sample
 		for _, x := range s {
-			if c.admit(Kmem, x.LabelHash, x.EstCount) {
+			if c.admit(Kmem, x.LabelHash, x.EstCount, false) {
 				kept = c.added(Kmem, append(kept, x))
 			}
 		}

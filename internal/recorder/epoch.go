@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"github.com/holter-dev/holter/internal/clock"
+	"github.com/holter-dev/holter/internal/findings"
 	"hash/fnv"
 	"net/netip"
 	"os"
@@ -233,7 +234,15 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	v := Vital(s.Vital)
 	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
-	if !ep.cap.admit(v, s.Label, uint64(s.Est)) {
+	// A blck sample's kernel stack says whether it waited for work, which
+	// the cap keeps only as its label's first: read before admitting it.
+	var kst *store.Stack
+	if nk > 0 && v == Blck {
+		st := r.kernelStack(untilLoop(s.Stack[:nk]))
+		kst = &st
+	}
+	forWork := kst != nil && findings.WaitsForWork(&findings.Stack{Frames: kst.Frames})
+	if !ep.cap.admit(v, s.Label, uint64(s.Est), forWork) {
 		return
 	}
 	out := store.Sample{
@@ -252,8 +261,12 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	if v == Kmem || v == Umem {
 		out.Fields["free_kb"] = r.memFree.kb()
 	}
-	if nk > 0 {
-		out.KStackID = ep.addStack(r.kernelStack(untilLoop(s.Stack[:nk])))
+	if nk > 0 && kst == nil {
+		st := r.kernelStack(untilLoop(s.Stack[:nk]))
+		kst = &st
+	}
+	if kst != nil {
+		out.KStackID = ep.addStack(*kst)
 	}
 	if nu > 0 {
 		addrs, words := untilLoop(s.Stack[nk:nk+nu]), s.Stack[nk+nu:nk+nu+nw]
