@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/holter-dev/holter/internal/sysname"
 )
 
 // window builds n one-second intervals with every vital recorded at zero.
@@ -394,6 +396,13 @@ func TestWaitsForWork(t *testing.T) {
 		}
 		if got := WaitsForWork(st); got != c.want {
 			t.Errorf("WaitsForWork(%v) = %v, want %v", c.frames, got, c.want)
+		}
+	}
+	// By system call: epoll_wait, clock_nanosleep and wait4 wait for work;
+	// read, connect, futex and fdatasync do not.
+	for nr, want := range map[int]bool{232: true, 230: true, 61: true, 0: false, 42: false, 202: false, 75: false} {
+		if got := CallWaitsForWork(nr); got != want {
+			t.Errorf("CallWaitsForWork(%s) = %v, want %v", sysname.Syscall(int64(nr)), got, want)
 		}
 	}
 }

@@ -164,6 +164,18 @@ func WaitsForWork(kernel *Stack) bool {
 	return ClassifyWait(kernel, nil) == WaitIdle
 }
 
+// workCalls are the system calls (x86-64 numbers) that wait for work:
+// a sleep, a poll, a child, a signal, a client to accept, events.
+var workCalls = map[int]bool{7: true, 23: true, 34: true, 35: true, 43: true, 61: true, 128: true, 130: true, 208: true,
+	230: true, 232: true, 247: true, 270: true, 271: true, 281: true, 288: true, 441: true}
+
+// CallWaitsForWork says whether a system call, by its number, waits for
+// work (poll, select, pause, nanosleep, accept, wait4, rt_sigtimedwait,
+// rt_sigsuspend, io_getevents, clock_nanosleep, epoll_wait, waitid,
+// pselect6, ppoll, epoll_pwait, accept4, epoll_pwait2): however long it
+// took, its time is not a cost.
+func CallWaitsForWork(nr int) bool { return workCalls[nr] }
+
 // Memory is what a page allocation was for, read from its kernel stack.
 type Memory string
 

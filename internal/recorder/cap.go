@@ -43,13 +43,15 @@ const maxFloor = 1 << 32
 //     (on a host with churn, thousands of firsts an epoch, a process
 //     blocked all epoch long kept no sample of it);
 //   - a blck sample of a wait for work (a sleep, a poll, a child, a pipe,
-//     a kernel worker's queue: findings.WaitsForWork) is kept only as its
-//     label's first: what is waited for in those is no incident's cause
-//     (Rule #5 leaves them out), and their labels, each a call site of
-//     every process that sleeps or polls there, are the heaviest of the
-//     vital; sampled from a floor up with the others, they held it above
-//     every single thread blocked on a peer or a disk. Their first, once
-//     folded, still weighs all they counted.
+//     a kernel worker's queue: findings.WaitsForWork), and a syscall
+//     sample of a call that waits for work (findings.CallWaitsForWork,
+//     weighed by its latency), is kept only as its label's first: what is
+//     waited for in those is no incident's cause (Rule #5 leaves them
+//     out), and their labels, each a call site of every process that
+//     sleeps or polls there, are the heaviest of their vital; sampled
+//     from a floor up with the others, they held it above every single
+//     thread blocked on a peer or a disk, and every loop of short calls.
+//     Their first, once folded, still weighs all they counted.
 //
 // What is dropped is counted per vital, never lost silently, and mostly
 // dropped before its stacks are symbolized, so the cap also bounds the

@@ -234,14 +234,16 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	v := Vital(s.Vital)
 	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
-	// A blck sample's kernel stack says whether it waited for work, which
-	// the cap keeps only as its label's first: read before admitting it.
+	// A blck sample's kernel stack, and a syscall sample's call, say
+	// whether it waited for work, which the cap keeps only as its label's
+	// first: read before admitting it.
 	var kst *store.Stack
 	if nk > 0 && v == Blck {
 		st := r.kernelStack(untilLoop(s.Stack[:nk]))
 		kst = &st
 	}
-	forWork := kst != nil && findings.WaitsForWork(&findings.Stack{Frames: kst.Frames})
+	forWork := kst != nil && findings.WaitsForWork(&findings.Stack{Frames: kst.Frames}) ||
+		v == Syscall && findings.CallWaitsForWork(int(int32(s.F[0])))
 	if !ep.cap.admit(v, s.Label, uint64(s.Est), forWork) {
 		return
 	}
