@@ -203,7 +203,10 @@ func (p *Profile) Concentration(n int) float64 {
 // pair of stacks among its groups of the vitals given (all vitals when
 // none), with the function of its own code from them, or from its CPU
 // time when those stacks hold none (a system call's wrapper that keeps no
-// frame pointer leaves no readable user stack).
+// frame pointer leaves no readable user stack). A user stack with no frame
+// of the executable (a sleep sampled with its site alone, a wrapper whose
+// caller was lost) is completed from another of the process's stacks
+// there that has the same innermost frame and does (ownStackAt).
 func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vitals ...string) *Culprit {
 	weight := map[stackPair]float64{}
 	var comm, exe string
@@ -213,7 +216,7 @@ func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vit
 		want[v] = true
 	}
 	cpuFns := map[string]float64{}
-	var mine []int
+	var mine, users []int
 	for i := first; i <= last; i++ {
 		mine = append(mine, w.groupsIn(i)...)
 	}
@@ -225,8 +228,12 @@ func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vit
 		if g.LastNs >= latest {
 			comm, exe, latest = g.Comm, g.Exe, g.LastNs // its name when last seen
 		}
+		if g.UStack != 0 {
+			users = append(users, k)
+		}
 		if g.Vital == "cpu" && !g.InKernel {
-			if f := OwnFunction(w.Stacks.Get(g.UStack), g.Exe); f != "" {
+			st := w.Stacks.Get(g.UStack)
+			if f := OwnFunction(st, g.Exe); inExe(st, f, g.Exe) {
 				cpuFns[f] += g.Weight
 			}
 		}
@@ -252,11 +259,17 @@ func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vit
 		}
 		return pairs[a].u < pairs[b].u || pairs[a].u == pairs[b].u && pairs[a].k < pairs[b].k
 	})
+	var from *Stack // the user stack c.Function was read from
 	for _, p := range pairs {
 		u, k := w.Stacks.Get(p.u), w.Stacks.Get(p.k)
 		if c.User == nil && u != nil {
+			if !inExe(u, OwnFunction(u, exe), exe) {
+				if own := w.ownStackAt(u, users, exe); own != nil {
+					u = own
+				}
+			}
 			c.User = TopFrames(u, 6)
-			c.Function = OwnFunction(u, exe)
+			c.Function, from = OwnFunction(u, exe), u
 		}
 		if c.Kernel == nil && k != nil {
 			c.Kernel = TopFrames(k, 6)
@@ -265,7 +278,7 @@ func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vit
 			break
 		}
 	}
-	if c.Function == "" || !w.ownCode(c.Function, pairs, exe) {
+	if !inExe(from, c.Function, exe) {
 		best, bw := c.Function, 0.0
 		for f, fw := range cpuFns {
 			if fw > bw || fw == bw && f < best {
@@ -282,21 +295,40 @@ func (w *Window) culprit(pid uint32, first, last int, keep func(Group) bool, vit
 // stackPair is a kernel and a user stack.
 type stackPair struct{ k, u uint64 }
 
-// ownCode says whether function is in the executable's own code (rather
-// than a library the stacks happened to name).
-func (w *Window) ownCode(function string, pairs []stackPair, exe string) bool {
-	for _, p := range pairs {
-		st := w.Stacks.Get(p.u)
-		if st == nil {
-			continue
-		}
-		for i, f := range st.Frames {
-			if f == function && i < len(st.Modules) {
-				return filepath.Base(st.Modules[i]) == filepath.Base(exe)
-			}
+// inExe says whether function is a frame of st in the executable's own
+// code (rather than a library's).
+func inExe(st *Stack, function, exe string) bool {
+	if st == nil || function == "" {
+		return false
+	}
+	for i, f := range st.Frames {
+		if f == function && i < len(st.Modules) {
+			return filepath.Base(st.Modules[i]) == filepath.Base(exe)
 		}
 	}
 	return false
+}
+
+// ownStackAt is the heaviest of the groups' user stacks (positions in
+// w.Groups) that has u's innermost frame innermost too and a frame of
+// the executable; nil when none has.
+func (w *Window) ownStackAt(u *Stack, groups []int, exe string) *Stack {
+	if len(u.Frames) == 0 {
+		return nil
+	}
+	var best *Stack
+	bw := -1.0
+	for _, k := range groups {
+		g := w.Groups[k]
+		st := w.Stacks.Get(g.UStack)
+		if st == nil || len(st.Frames) == 0 || st.Frames[0] != u.Frames[0] || !inExe(st, OwnFunction(st, exe), exe) {
+			continue
+		}
+		if share := g.Weight / max(w.vitalTotal(g.Vital, g.Interval), 1); share > bw {
+			best, bw = st, share
+		}
+	}
+	return best
 }
 
 // vitalTotal is a vital's exact weight in interval i (0 when unknown).

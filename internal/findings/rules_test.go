@@ -44,6 +44,9 @@ const (
 	stackPeerWait  = 13 // kernel: sk_wait_data < tcp_recvmsg
 	stackWriter    = 14 // user: __libc_pwrite < write_blocks < main
 	stackCacheFill = 15 // kernel: filemap_add_folio (page cache)
+	stackPwrite    = 16 // user: __libc_pwrite alone (a sleep's site)
+	stackOpen      = 17 // user: open alone (a wrapper whose caller was lost)
+	stackPause     = 18 // user: clock_nanosleep < __nanosleep < probe_until_found < main
 )
 
 var testStacks = &Stacks{m: map[uint64]*Stack{
@@ -61,6 +64,10 @@ var testStacks = &Stacks{m: map[uint64]*Stack{
 	stackPeerWait:  {Kind: "kernel", Frames: []string{"wait_woken", "sk_wait_data", "tcp_recvmsg_locked", "tcp_recvmsg"}},
 	stackWriter:    {Kind: "user", Frames: []string{"__libc_pwrite", "write_blocks", "main"}, Modules: []string{"/lib/libc.so.6", "/bin/writer", "/bin/writer"}},
 	stackCacheFill: {Kind: "kernel", Frames: []string{"__alloc_frozen_pages_noprof", "filemap_alloc_folio", "__filemap_get_folio", "ext4_write_begin"}},
+	stackPwrite:    {Kind: "user", Frames: []string{"__libc_pwrite"}, Modules: []string{"/lib/libc.so.6"}},
+	stackOpen:      {Kind: "user", Frames: []string{"open"}, Modules: []string{"/lib/libc.so.6"}},
+	stackPause: {Kind: "user", Frames: []string{"clock_nanosleep", "__nanosleep", "probe_until_found", "main"},
+		Modules: []string{"/lib/libc.so.6", "/lib/libc.so.6", "/bin/prober", "/bin/prober"}},
 }}
 
 func init() {
@@ -153,6 +160,13 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			// Barely blocked.
 			add(w, 2, 2, Group{Vital: "blck", Pid: 13, Comm: "dd", Exe: "/bin/dd", KStack: stackDiskWait, Weight: 0.05e6, Events: 10, Samples: 3, Threads: 1})
 		}, []string{"pid 11 (writer) disk@2-3", "pid 15 (locker) lock@3-3"}, "waits for the disk in write_blocks 90% of the time", 0.9, "write_blocks"},
+		{"rule5-blocking", 8, func(w *Window) {
+			// Its sleeps sampled with their site alone (the stack the
+			// recorder kept was taken elsewhere), its system calls with
+			// the whole stack: named from those.
+			add(w, 2, 3, Group{Vital: "blck", Pid: 11, Comm: "writer", Exe: "/bin/writer", KStack: stackDiskWait, UStack: stackPwrite, Weight: 0.9e6, Events: 100, Samples: 5, Threads: 1})
+			add(w, 2, 3, Group{Vital: "syscall", Pid: 11, Comm: "writer", Exe: "/bin/writer", UStack: stackWriter, Syscall: -1, Weight: 0.3e6, Events: 10, Samples: 2, Threads: 1})
+		}, []string{"pid 11 (writer) disk@2-3"}, "waits for the disk in write_blocks", 0.9, "write_blocks"},
 		{"rule6-swapping", 8, func(w *Window) {
 			add(w, 1, 1, Group{Vital: "umem", Pid: 20, Comm: "pager", Exe: "/bin/pager", Weight: 5000, Events: 5000, Samples: 9, Threads: 1})
 			add(w, 1, 1, Group{Vital: "blck", Pid: 20, Comm: "pager", Exe: "/bin/pager", KStack: stackDiskWait, Weight: 0.7e6, Events: 10, Samples: 9, Threads: 1})
@@ -223,6 +237,15 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			// Timed waits that time out: not failures.
 			add(w, 5, 24, Group{Vital: "syscall", Pid: 72, Comm: "pool", Exe: "/bin/pool", Syscall: 202, Failed: true, Errno: 110, Weight: 1e6, Events: 300, Samples: 9})
 		}, []string{"pid 70 (retrier)@5-24"}, "retries connect in retry_forever that fails with ECONNREFUSED: 5000 failed calls/s for 20 s", 0.5, "retry_forever"},
+		{"failing-syscall", 40, func(w *Window) {
+			// Its failing calls' stacks lost their caller, and more of
+			// its user-space time is in the wrapper than in its own
+			// code: named from its own code.
+			add(w, 5, 24, Group{Vital: "syscall", Pid: 73, Comm: "prober", Exe: "/bin/prober", UStack: stackOpen, Syscall: 2, Failed: true, Errno: 2, Weight: 5e4, Events: 5000, Samples: 9})
+			add(w, 5, 24, Group{Vital: "cpu", Pid: 73, Comm: "prober", Exe: "/bin/prober", UStack: stackOpen, InKernel: true, Weight: 0.4e6, Events: 40, Samples: 9})
+			add(w, 5, 24, Group{Vital: "cpu", Pid: 73, Comm: "prober", Exe: "/bin/prober", UStack: stackOpen, Weight: 0.1e6, Events: 10, Samples: 9})
+			add(w, 5, 24, Group{Vital: "cpu", Pid: 73, Comm: "prober", Exe: "/bin/prober", UStack: stackPause, Weight: 0.05e6, Events: 5, Samples: 9})
+		}, []string{"pid 73 (prober)@5-24"}, "retries open in probe_until_found that fails with ENOENT", 1, "probe_until_found"},
 		{"memory-leak", 100, func(w *Window) {
 			for i := 0; i < 100; i++ {
 				w.FreeKB[i] = 8 << 20 // 8 GiB free
