@@ -3,10 +3,12 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -81,14 +83,77 @@ func BuildWorkload(t testing.TB, name string) string {
 	return bin
 }
 
-// BuildHolter builds the holter command into a temporary directory.
+// builtDir holds the Go commands the package's tests build, once each
+// (BuildGo); Main creates it and removes it when the tests end.
+var builtDir string
+
+// built is each Go command BuildGo built, by package path.
+var built struct {
+	sync.Mutex
+	bins map[string]*goBuild
+}
+
+type goBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Main runs a package's tests, from its TestMain, with a directory for the
+// commands BuildGo builds, which it removes afterwards.
+func Main(m *testing.M) {
+	dir, err := os.MkdirTemp("", "holter-test-build-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	builtDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// BuildGo builds the Go command in pkg (a path from the repository's top,
+// "./cmd/holter") once for all of the package's tests, and returns the
+// binary's path. Linking holter with DuckDB takes seconds even with a warm
+// build cache, and a loaded machine makes that many times more, once per
+// test. Tests share the binary: one that changes it must copy it first.
+func BuildGo(t testing.TB, pkg string) string {
+	t.Helper()
+	if builtDir == "" {
+		t.Fatal("BuildGo needs the package's TestMain to call testutil.Main")
+	}
+	built.Lock()
+	if built.bins == nil {
+		built.bins = map[string]*goBuild{}
+	}
+	b := built.bins[pkg]
+	if b == nil {
+		b = &goBuild{}
+		built.bins[pkg] = b
+	}
+	built.Unlock()
+	b.once.Do(func() {
+		out, err := os.MkdirTemp(builtDir, filepath.Base(pkg)+"-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.bin = filepath.Join(out, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", b.bin, pkg)
+		cmd.Dir = RepoRoot()
+		if log, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("%w\n%s", err, log)
+		}
+	})
+	if b.err != nil {
+		t.Fatalf("build %s: %v", pkg, b.err)
+	}
+	return b.bin
+}
+
+// BuildHolter is the holter command, built once for the package's tests.
 func BuildHolter(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "holter")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/holter")
-	cmd.Dir = RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build holter: %v\n%s", err, out)
-	}
-	return bin
+	return BuildGo(t, "./cmd/holter")
 }
