@@ -107,16 +107,31 @@ func (r *recording) waitEpochsWithin(t testing.TB, n int, d time.Duration) []int
 
 // TestKill9KeepsCommittedEpochs kills the recorder with SIGKILL at random
 // moments, 20 times, restarting it on the same store each time: every
-// epoch it reported committed must be there, whole, afterwards.
+// epoch it reported committed must be there, whole, afterwards. The kills
+// are shared by two stores, each with a recorder of its own killed ten
+// times, at once: each round mostly waits (for a start, a commit, a random
+// moment), and one store's recorder is only load to the other's.
 func TestKill9KeepsCommittedEpochs(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
+	for _, name := range []string{"a", "b"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			killRepeatedly(t, bin, 10)
+		})
+	}
+}
+
+// killRepeatedly kills a recorder on one store kills times, and checks the
+// store afterwards.
+func killRepeatedly(t *testing.T, bin string, kills int) {
 	dir := t.TempDir()
 	committed := map[int64]bool{}
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
-	const kills = 20
 	for i := 0; i < kills; i++ {
-		r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "")
+		// The OTLP receivers on ports of their own: the other store's
+		// recorder runs beside.
+		r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0")
 		select {
 		case <-r.started:
 		case <-r.done:
