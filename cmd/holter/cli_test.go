@@ -38,7 +38,10 @@ type recording struct {
 // the tests that use it check what was recorded, with epochs of a second
 // or two that a day's budget would cut to a few samples each; the budget
 // has tests of its own (internal/recorder TestCap*, TestDayBudget*,
-// TestStorageBudgetAtDefaults).
+// TestStorageBudgetAtDefaults). Tests that stop the recorder with SIGINT
+// and do not test its online analysis turn that off (--online=false): a
+// recorder stopping first judges its last minute, at nice 10, which a
+// loaded machine stretches to tens of seconds.
 func startRecord(t *testing.T, bin string, args ...string) *recording {
 	t.Helper()
 	if !slices.Contains(args, "--storage-budget") {
@@ -263,7 +266,7 @@ func TestQueryAndStatus(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0",
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--online=false",
 		"--budget", "off") // vitals are switched by hand below, not shed by the budget
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 2)

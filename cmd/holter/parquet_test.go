@@ -40,7 +40,7 @@ func TestExportParquet(t *testing.T) {
 	bin := testutil.BuildHolter(t)
 	py := pythonVenv(t, "pandas-python", "import pandas, pyarrow", "pandas==2.2.3", "pyarrow==19.0.1")
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--vitals", "cpu", "--budget", "off")
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--vitals", "cpu", "--budget", "off", "--online=false")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 1)
 	from := time.Now().UnixNano()

@@ -292,7 +292,7 @@ func startDemo(t *testing.T, burn, batch string, extra ...string) *demoSystem {
 	// A host name of its own (--host, as fleets name their recorders):
 	// spans and kernel intervals are both that host's.
 	args := []string{"--data", d.dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr,
-		"--host", "demo-host"}
+		"--host", "demo-host", "--online=false"}
 	for _, x := range extra {
 		args = append(args, strings.ReplaceAll(x, "DEMO", d.demo))
 	}
