@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -83,13 +84,14 @@ func BuildWorkload(t testing.TB, name string) string {
 	return bin
 }
 
-// builtDir holds the Go commands the package's tests build, once each
-// (BuildGo); Main creates it and removes it when the tests end.
-var builtDir string
-
-// built is each Go command BuildGo built, by package path.
+// built is each Go command BuildGo built, by package path, in a directory
+// the first build makes and Main removes when the tests end. (Made on
+// demand: a test binary run as a helper process, and killed, builds
+// nothing and leaves nothing.)
 var built struct {
 	sync.Mutex
+	main bool // the package's TestMain calls Main
+	dir  string
 	bins map[string]*goBuild
 }
 
@@ -99,17 +101,18 @@ type goBuild struct {
 	err  error
 }
 
-// Main runs a package's tests, from its TestMain, with a directory for the
-// commands BuildGo builds, which it removes afterwards.
+// Main runs a package's tests, from its TestMain, and removes the commands
+// BuildGo built for them afterwards.
 func Main(m *testing.M) {
-	dir, err := os.MkdirTemp("", "holter-test-build-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	builtDir = dir
+	built.Lock()
+	built.main = true
+	built.Unlock()
 	code := m.Run()
-	os.RemoveAll(dir)
+	built.Lock()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	built.Unlock()
 	os.Exit(code)
 }
 
@@ -120,21 +123,12 @@ func Main(m *testing.M) {
 // test. Tests share the binary: one that changes it must copy it first.
 func BuildGo(t testing.TB, pkg string) string {
 	t.Helper()
-	if builtDir == "" {
-		t.Fatal("BuildGo needs the package's TestMain to call testutil.Main")
+	b, err := goBuildOf(pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	built.Lock()
-	if built.bins == nil {
-		built.bins = map[string]*goBuild{}
-	}
-	b := built.bins[pkg]
-	if b == nil {
-		b = &goBuild{}
-		built.bins[pkg] = b
-	}
-	built.Unlock()
 	b.once.Do(func() {
-		out, err := os.MkdirTemp(builtDir, filepath.Base(pkg)+"-")
+		out, err := os.MkdirTemp(built.dir, filepath.Base(pkg)+"-")
 		if err != nil {
 			b.err = err
 			return
@@ -150,6 +144,32 @@ func BuildGo(t testing.TB, pkg string) string {
 		t.Fatalf("build %s: %v", pkg, b.err)
 	}
 	return b.bin
+}
+
+// goBuildOf is pkg's build, made the first time it is asked for, with the
+// directory of all builds.
+func goBuildOf(pkg string) (*goBuild, error) {
+	built.Lock()
+	defer built.Unlock()
+	if !built.main {
+		return nil, errors.New("BuildGo needs the package's TestMain to call testutil.Main")
+	}
+	if built.dir == "" {
+		dir, err := os.MkdirTemp("", "holter-test-build-")
+		if err != nil {
+			return nil, err
+		}
+		built.dir = dir
+	}
+	if built.bins == nil {
+		built.bins = map[string]*goBuild{}
+	}
+	b := built.bins[pkg]
+	if b == nil {
+		b = &goBuild{}
+		built.bins[pkg] = b
+	}
+	return b, nil
 }
 
 // BuildHolter is the holter command, built once for the package's tests.
