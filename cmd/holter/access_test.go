@@ -112,7 +112,7 @@ func TestAccessEndToEnd(t *testing.T) {
 	const adminGID, readerGID = 64711, 64712
 	nobody, reader, admin := []uint32{}, []uint32{readerGID}, []uint32{adminGID}
 	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--vitals", "cpu", "--budget", "off",
-		"--otlp-grpc", "off", "--otlp-http", "off", "--admin-group", fmt.Sprint(adminGID), "--reader-group", fmt.Sprint(readerGID))
+		"--otlp-grpc", "off", "--otlp-http", "off", "--online=false", "--admin-group", fmt.Sprint(adminGID), "--reader-group", fmt.Sprint(readerGID))
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 1)
 
@@ -276,7 +276,8 @@ func TestStaleAgentFile(t *testing.T) {
 	if !strings.Contains(out+errOut, "no recorder is running") {
 		t.Errorf("status beside a stale agent.json: exit %d %s%s", code, out, errOut)
 	}
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu", "--otlp-grpc", "off", "--otlp-http", "off")
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu", "--otlp-grpc", "off", "--otlp-http", "off",
+		"--online=false")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 1)
 	if info, ok := readAgentInfo(dir); !ok || info.Pid != r.cmd.Process.Pid {

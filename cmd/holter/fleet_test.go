@@ -45,7 +45,7 @@ func startFleetAgent(t testing.TB, bin string, ns *testutil.Netns, name, chURL s
 	t.Helper()
 	a := &fleetAgent{name: name, data: filepath.Join(t.TempDir(), name), api: ns.IP + ":7070", token: fleetToken, ns: ns}
 	args := []string{"record", "--data", a.data, "--host", name, "--epoch", "1s",
-		"--vitals", "cpu,sched", "--budget", "off", "--api", a.api, "--token-file", fleetTokenFile(t)}
+		"--vitals", "cpu,sched", "--budget", "off", "--online=false", "--api", a.api, "--token-file", fleetTokenFile(t)}
 	if chURL != "" {
 		args = append(args, "--export", chURL, "--export-user", testutil.ClickHouseUser, "--export-password", testutil.ClickHousePassword,
 			"--export-db", "fleet", "--export-rate", "50MB")
@@ -241,7 +241,7 @@ func TestExportOutage(t *testing.T) {
 	ch := testutil.StartClickHouse(t, "127.0.0.1")
 	dir := filepath.Join(t.TempDir(), "data")
 	otlpAddr := freeAddr(t)
-	args := []string{"--data", dir, "--host", "outage", "--epoch", "1s", "--vitals", "cpu,sched", "--budget", "off",
+	args := []string{"--data", dir, "--host", "outage", "--epoch", "1s", "--vitals", "cpu,sched", "--budget", "off", "--online=false",
 		"--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--export-rate", "50MB",
 		"--otlp-grpc", "off", "--otlp-http", otlpAddr}
 	r := startRecord(t, bin, args...)

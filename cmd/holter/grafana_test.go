@@ -59,7 +59,7 @@ func TestGrafanaDashboards(t *testing.T) {
 	ch := testutil.StartClickHouse(t, "127.0.0.1")
 	dir := filepath.Join(t.TempDir(), "data")
 	r := startRecord(t, bin, "--data", dir, "--host", "graf", "--epoch", "1s", "--vitals", "cpu,sched,blck,blio", "--budget", "off",
-		"--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--otlp-grpc", "off", "--otlp-http", freeAddr(t))
+		"--online=false", "--api", "127.0.0.1:0", "--export", ch.URL, "--export-db", "fleet", "--otlp-grpc", "off", "--otlp-http", freeAddr(t))
 	a := loopbackAgent(t, r, dir, "graf")
 	t.Cleanup(func() { a.stop() })
 	a.waitShipped(t, 2, 90*time.Second)

@@ -40,7 +40,7 @@ func TestExportParquet(t *testing.T) {
 	bin := testutil.BuildHolter(t)
 	py := pythonVenv(t, "pandas-python", "import pandas, pyarrow", "pandas==2.2.3", "pyarrow==19.0.1")
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--vitals", "cpu", "--budget", "off")
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--vitals", "cpu", "--budget", "off", "--online=false")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 1)
 	from := time.Now().UnixNano()
@@ -147,12 +147,17 @@ func TestExportParquet(t *testing.T) {
 		t.Errorf("samples' Parquet schema: %s", g)
 	}
 
-	// pandas reads the files with pyarrow.
+	// pandas reads the files with pyarrow. The script leaves with
+	// os._exit once it has printed: pyarrow 19 aborts in the
+	// interpreter's teardown in about one exit in twelve on a loaded
+	// machine ("terminate called without an active exception"), after
+	// the reading, with any files.
 	script := `
-import json, sys, pandas
+import json, os, sys, pandas
 s = pandas.read_parquet(sys.argv[1], engine="pyarrow")
 e = pandas.read_parquet(sys.argv[2], engine="pyarrow")
-print(json.dumps({"rows": len(s), "weight": int(s["weight"].sum()), "epochs": [int(x) for x in e["epoch"]], "columns": list(e.columns)}))
+print(json.dumps({"rows": len(s), "weight": int(s["weight"].sum()), "epochs": [int(x) for x in e["epoch"]], "columns": list(e.columns)}), flush=True)
+os._exit(0)
 `
 	pout, err := exec.Command(py, "-c", script, filepath.Join(out, "store-samples.parquet"), filepath.Join(out, "api-epochs.parquet")).CombinedOutput()
 	if err != nil {

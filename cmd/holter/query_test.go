@@ -82,7 +82,7 @@ func TestQueryExactThroughRecorder(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu,syscall")
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu,syscall", "--online=false")
 	r.waitEpochs(t, 2)
 	const q = `SELECT e.epoch, e.start_ns, e.end_ns, sum(v.weight_sum) AS weight, sum(v.events) AS events,
 		e.start_ns::HUGEINT * 1000 AS big, 18446744073709551615::UBIGINT AS u

@@ -192,6 +192,9 @@ func TestRecorderRidesOutStorageFaults(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// Each case waits out a dozen epochs of its own recorder on
+			// its own file system: the two wait at once.
+			t.Parallel()
 			mnt, fault, clear := c.mount(t)
 			data := filepath.Join(mnt, "data")
 			r, otlpAddr, api := startSmallRecorder(t, bin, data)

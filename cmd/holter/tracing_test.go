@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,18 +19,6 @@ import (
 	"github.com/holter-dev/holter/internal/requests"
 	"github.com/holter-dev/holter/internal/testutil"
 )
-
-// buildDemo builds the demo system (internal/requests/testdata/demo).
-func buildDemo(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "demo")
-	cmd := exec.Command("go", "build", "-o", bin, "./internal/requests/testdata/demo")
-	cmd.Dir = testutil.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build demo: %v\n%s", err, out)
-	}
-	return bin
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -299,13 +286,13 @@ type demoSystem struct {
 // batching batch writes) and front. The caller stops the recording.
 func startDemo(t *testing.T, burn, batch string, extra ...string) *demoSystem {
 	t.Helper()
-	d := &demoSystem{bin: testutil.BuildHolter(t), demo: buildDemo(t), dir: t.TempDir()}
+	d := &demoSystem{bin: testutil.BuildHolter(t), demo: testutil.BuildGo(t, "./internal/requests/testdata/demo"), dir: t.TempDir()}
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	d.httpAddr = httpAddr
 	// A host name of its own (--host, as fleets name their recorders):
 	// spans and kernel intervals are both that host's.
 	args := []string{"--data", d.dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr,
-		"--host", "demo-host"}
+		"--host", "demo-host", "--online=false"}
 	for _, x := range extra {
 		args = append(args, strings.ReplaceAll(x, "DEMO", d.demo))
 	}

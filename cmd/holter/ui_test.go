@@ -89,8 +89,11 @@ func TestUIInBrowser(t *testing.T) {
 	dir := t.TempDir()
 
 	otlpHTTP := freeAddr(t)
+	// The test is of the UI: no vital may be shed while it selects an
+	// epoch (--budget off), and the online analysis is not under test
+	// (--online=false, see startRecord).
 	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--otlp-grpc", "off", "--otlp-http", otlpHTTP,
-		"--budget", "off") // the test is of the UI: no vital may be shed while it selects an epoch
+		"--budget", "off", "--online=false")
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	<-r.started
 	// The workloads outlast the browser tests (killed when the test ends):
@@ -133,15 +136,16 @@ func TestUIInBrowser(t *testing.T) {
 
 	// Once the recorder stops, `holter ui` serves the stored recording.
 	r.cmd.Process.Signal(syscall.SIGINT)
+	stopped := time.Now()
 	r.cmd.Wait()
 	<-r.done
 	finding := storeUIFinding(t, dir)
-	// A second recording, after a pause and without blck, leaves what the
-	// charts must explain rather than show as gaps: a stretch without the
-	// recorder, and epochs recorded without one vital.
-	time.Sleep(10 * time.Second)
+	// A second recording, 10 s after the first stopped and without blck,
+	// leaves what the charts must explain rather than show as gaps: a
+	// stretch without the recorder, and epochs recorded without one vital.
+	time.Sleep(time.Until(stopped.Add(10 * time.Second)))
 	r2 := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--otlp-grpc", "off", "--otlp-http", "off", "--budget", "off",
-		"--vitals", "cpu,sched,blio,kmem,umem,syscall,signal,sock,lock")
+		"--online=false", "--vitals", "cpu,sched,blio,kmem,umem,syscall,signal,sock,lock")
 	defer func() { r2.cmd.Process.Kill(); r2.cmd.Wait() }()
 	<-r2.started
 	r2.waitEpochsWithin(t, 3, 60*time.Second)

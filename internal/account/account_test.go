@@ -437,12 +437,15 @@ func TestHoldsThreadsUntilASpanNamesThem(t *testing.T) {
 	if err := a.Track(pid); err != nil {
 		t.Fatal(err)
 	}
+	// Many short on-CPU intervals, a millisecond's sleep apart, for 1.5 s
+	// of wall time: more than the hold, so that the unnamed thread's first
+	// ones are dropped before its last ones are read, and hundreds within
+	// the hold before the naming.
 	burn := func(tids chan<- int) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		tids <- unix.Gettid()
-		c0 := threadCPU()
-		for threadCPU()-c0 < 100*time.Millisecond {
+		for began := time.Now(); time.Since(began) < 1500*time.Millisecond; {
 			time.Sleep(time.Millisecond)
 		}
 		tids <- 0

@@ -3,10 +3,13 @@
 package testutil
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -81,14 +84,96 @@ func BuildWorkload(t testing.TB, name string) string {
 	return bin
 }
 
-// BuildHolter builds the holter command into a temporary directory.
+// built is each Go command BuildGo built, by package path, in a directory
+// the first build makes and Main removes when the tests end. (Made on
+// demand: a test binary run as a helper process, and killed, builds
+// nothing and leaves nothing.)
+var built struct {
+	sync.Mutex
+	main bool // the package's TestMain calls Main
+	dir  string
+	bins map[string]*goBuild
+}
+
+type goBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Main runs a package's tests, from its TestMain, and removes the commands
+// BuildGo built for them afterwards.
+func Main(m *testing.M) {
+	built.Lock()
+	built.main = true
+	built.Unlock()
+	code := m.Run()
+	built.Lock()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	built.Unlock()
+	os.Exit(code)
+}
+
+// BuildGo builds the Go command in pkg (a path from the repository's top,
+// "./cmd/holter") once for all of the package's tests, and returns the
+// binary's path. Linking holter with DuckDB takes seconds even with a warm
+// build cache, and a loaded machine makes that many times more, once per
+// test. Tests share the binary: one that changes it must copy it first.
+func BuildGo(t testing.TB, pkg string) string {
+	t.Helper()
+	b, err := goBuildOf(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.once.Do(func() {
+		out, err := os.MkdirTemp(built.dir, filepath.Base(pkg)+"-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.bin = filepath.Join(out, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", b.bin, pkg)
+		cmd.Dir = RepoRoot()
+		if log, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("%w\n%s", err, log)
+		}
+	})
+	if b.err != nil {
+		t.Fatalf("build %s: %v", pkg, b.err)
+	}
+	return b.bin
+}
+
+// goBuildOf is pkg's build, made the first time it is asked for, with the
+// directory of all builds.
+func goBuildOf(pkg string) (*goBuild, error) {
+	built.Lock()
+	defer built.Unlock()
+	if !built.main {
+		return nil, errors.New("BuildGo needs the package's TestMain to call testutil.Main")
+	}
+	if built.dir == "" {
+		dir, err := os.MkdirTemp("", "holter-test-build-")
+		if err != nil {
+			return nil, err
+		}
+		built.dir = dir
+	}
+	if built.bins == nil {
+		built.bins = map[string]*goBuild{}
+	}
+	b := built.bins[pkg]
+	if b == nil {
+		b = &goBuild{}
+		built.bins[pkg] = b
+	}
+	return b, nil
+}
+
+// BuildHolter is the holter command, built once for the package's tests.
 func BuildHolter(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "holter")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/holter")
-	cmd.Dir = RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build holter: %v\n%s", err, out)
-	}
-	return bin
+	return BuildGo(t, "./cmd/holter")
 }
