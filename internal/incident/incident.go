@@ -275,13 +275,12 @@ func saturation(in *Incident) {
 			hog = pid
 		}
 	}
-	top := in.Findings[0]
-	victim := top.Subject
-	if len(top.Processes) > 0 {
-		victim = fmt.Sprintf("pid %d (%s)", top.Processes[0].Pid, top.Processes[0].Comm)
+	// An incident of machine findings alone (a vital's rise) names no
+	// process that waited: it keeps its strongest finding's summary.
+	if top := in.Findings[0]; len(victims) > 0 && len(top.Processes) > 0 {
+		in.Summary = fmt.Sprintf("%d processes waited for a CPU after waking, pid %d (%s) the most, %.0f%% of its time",
+			len(victims), top.Processes[0].Pid, top.Processes[0].Comm, top.Severity*100)
 	}
-	in.Summary = fmt.Sprintf("%d processes waited for a CPU after waking, %s the most, %.0f%% of its time",
-		len(victims), victim, top.Severity*100)
 	if c := culprits[hog]; c != nil {
 		in.Culprit = c
 		fn := ""

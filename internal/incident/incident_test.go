@@ -103,6 +103,18 @@ func TestMerge(t *testing.T) {
 	}
 }
 
+// TestSaturationOfMachineFindings: an incident of waits for a CPU made
+// of a machine finding alone (the sched vital's rise) keeps that
+// finding's summary rather than counting the processes that waited: it
+// names none.
+func TestSaturationOfMachineFindings(t *testing.T) {
+	f := finding("ewma:sched weight/s", 0.2, findings.ResourceRunQueue, 100, 105, nil)
+	got := Merge([]findings.Finding{f}, nil)
+	if len(got) != 1 || got[0].Summary != f.Summary {
+		t.Fatalf("incidents %+v, want one saying %q", got, f.Summary)
+	}
+}
+
 func TestSubtract(t *testing.T) {
 	r := findings.Range{StartNs: 0, EndNs: 100}
 	cases := []struct {
