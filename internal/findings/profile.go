@@ -54,6 +54,14 @@ type SyscallError struct {
 // futexNr is futex(2)'s number on x86-64.
 const futexNr = 202
 
+// FailedCall says whether system call nr, returning ret, failed: it
+// returned an errno (-4095 to -1, the kernel's MAX_ERRNO; a return past
+// that is a result) that is no "not now" (notYet). What a retry loop is
+// made of (the failing-syscall detector).
+func FailedCall(nr int, ret int64) bool {
+	return ret >= -4095 && ret <= -1 && !notYet(nr, -ret)
+}
+
 // notYet says whether a system call's error means "not now" rather than
 // failure: a wait that timed out or was interrupted, a non-blocking call
 // with nothing to do yet, a futex whose value had changed.

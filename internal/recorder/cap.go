@@ -51,27 +51,36 @@ const maxFloor = 1 << 32
 //     sleeps or polls there, are the heaviest of their vital; sampled
 //     from a floor up with the others, they held it above every single
 //     thread blocked on a peer or a disk, and every loop of short calls.
-//     Their first, once folded, still weighs all they counted.
+//     Their first, once folded, still weighs all they counted;
+//   - a syscall sample of a call that failed (findings.FailedCall) is
+//     sampled from a floor of its own, against the other failing calls':
+//     a fast call weighs 1 and a blocked one the µs it slept, so a loop
+//     retrying a call that fails at once, tens of thousands of calls a
+//     second and the incident itself (the failing-syscall detector), was
+//     lighter than any blocked call and held under the vital's floor.
 //
 // What is dropped is counted per vital, never lost silently, and mostly
 // dropped before its stacks are symbolized, so the cap also bounds the
 // epoch's user-space work and memory.
 type sampleCap struct {
-	max     int // samples the epoch may keep; negative: every one
-	floor   [numVitals]uint64
-	kept    [numVitals]int
-	firsts  [numVitals]int // kept samples that are their label's first this epoch
+	max int // samples the epoch may keep; negative: every one
+	// floor, kept and firsts (kept samples that are their label's first
+	// this epoch) are by class: a vital's, or failed calls'.
+	floor   [numCapClasses]uint64
+	kept    [numCapClasses]int
+	firsts  [numCapClasses]int
 	dropped [numVitals]uint64
-	// first tells, for each kept sample in the order of the samples
-	// slice, whether it is its label's first: a flag beside each sample
-	// rather than a set of their keys, because under churn most samples
-	// are firsts and the reservoir drops one of them at a time.
-	first []bool
+	// entries tell, for each kept sample in the order of the samples
+	// slice, its class and whether it is its label's first: beside each
+	// sample rather than a set of their keys, because under churn most
+	// samples are firsts and the reservoir drops one of them at a time.
+	entries []capEntry
 	// offered counts the labels' first samples offered this epoch, kept
-	// or not. Of the sample admit last let in, for added: isFirst says it
-	// is its label's first, swap that it is to take the place of a
-	// random kept first (the reservoir).
+	// or not. Of the sample admit last let in, for added: class is its
+	// class, isFirst says it is its label's first, swap that it is to
+	// take the place of a random kept first (the reservoir).
 	offered       int
+	class         capClass
 	isFirst, swap bool
 	// top is each label's highest estimate among the samples taken this
 	// epoch, kept or not (see fold); a label not in it has had none.
@@ -81,6 +90,44 @@ type sampleCap struct {
 type capLabel struct {
 	v     Vital
 	label uint64
+}
+
+// capKind is what the recorder knows of a sample before it admits it.
+type capKind uint8
+
+const (
+	anySample    capKind = iota
+	waitsForWork         // a wait for work: kept as its label's first only
+	failedCall           // a syscall that failed: a floor of its own
+)
+
+// capClass is what a floor is kept for: a vital (its index), or the
+// syscall vital's failed calls.
+type capClass uint8
+
+const (
+	failedCalls   = capClass(numVitals)
+	numCapClasses = numVitals + 1
+)
+
+func classOf(v Vital, kind capKind) capClass {
+	if v == Syscall && kind == failedCall {
+		return failedCalls
+	}
+	return capClass(v)
+}
+
+// vital is the vital whose samples the class holds.
+func (k capClass) vital() Vital {
+	if k == failedCalls {
+		return Syscall
+	}
+	return Vital(k)
+}
+
+type capEntry struct {
+	class capClass
+	first bool
 }
 
 func newSampleCap(max int) sampleCap {
@@ -113,9 +160,8 @@ func (c *sampleCap) carry(next *sampleCap) {
 
 // admit tells whether a sample of vital v's label, taken at estimate est,
 // may be kept, counting it dropped otherwise. A label's first sample of
-// the epoch passes any floor; the others of a wait for work (forWork)
-// none.
-func (c *sampleCap) admit(v Vital, label, est uint64, forWork bool) bool {
+// the epoch passes any floor; the others of a wait for work none.
+func (c *sampleCap) admit(v Vital, label, est uint64, kind capKind) bool {
 	if c.max < 0 {
 		return true
 	}
@@ -123,6 +169,7 @@ func (c *sampleCap) admit(v Vital, label, est uint64, forWork bool) bool {
 	top, taken := c.top[k]
 	c.top[k] = max(top, est)
 	c.isFirst = !taken
+	c.class = classOf(v, kind)
 	total, firsts := c.counts()
 	if c.isFirst {
 		c.offered++
@@ -135,37 +182,37 @@ func (c *sampleCap) admit(v Vital, label, est uint64, forWork bool) bool {
 			c.swap = true
 			return true
 		}
-	} else if !forWork && est >= c.floor[v] && (total < c.max || total > firsts || firsts > c.half()) {
+	} else if kind != waitsForWork && est >= c.floor[c.class] && (total < c.max || total > firsts || firsts > c.half()) {
 		return true
 	}
 	c.dropped[v]++
 	return false
 }
 
-// coarsest is the vital that keeps the most samples besides its labels'
+// coarsest is the class that keeps the most samples besides its labels'
 // first ones, the one to sample more coarsely; false if none keeps any.
-func (c *sampleCap) coarsest() (Vital, bool) {
-	best, most := Vital(0), 0
-	for v := range c.kept {
-		if n := c.kept[v] - c.firsts[v]; n > most {
-			best, most = Vital(v), n
+func (c *sampleCap) coarsest() (capClass, bool) {
+	best, most := capClass(0), 0
+	for k := range c.kept {
+		if n := c.kept[k] - c.firsts[k]; n > most {
+			best, most = capClass(k), n
 		}
 	}
 	return best, most > 0
 }
 
-// added records that the sample of vital v just admitted was appended
-// to samples and brings the epoch back under the cap. It returns samples,
+// added records that the sample admit just let in was appended to
+// samples and brings the epoch back under the cap. It returns samples,
 // shortened.
-func (c *sampleCap) added(v Vital, samples []store.Sample) []store.Sample {
-	c.kept[v]++
+func (c *sampleCap) added(samples []store.Sample) []store.Sample {
 	if c.max < 0 {
 		return samples
 	}
+	c.kept[c.class]++
 	if c.isFirst {
-		c.firsts[v]++
+		c.firsts[c.class]++
 	}
-	c.first = append(c.first, c.isFirst)
+	c.entries = append(c.entries, capEntry{c.class, c.isFirst})
 	swap := c.swap && c.isFirst
 	c.isFirst, c.swap = false, false
 	for {
@@ -219,41 +266,39 @@ func (c *sampleCap) fold(samples []store.Sample) {
 
 // dropFirst removes the k-th kept first sample.
 func (c *sampleCap) dropFirst(samples []store.Sample, k int) []store.Sample {
-	for i, first := range c.first {
-		if !first {
+	for i, e := range c.entries {
+		if !e.first {
 			continue
 		}
 		if k > 0 {
 			k--
 			continue
 		}
-		u, _ := vitalByName(samples[i].Vital)
-		c.kept[u]--
-		c.firsts[u]--
-		c.dropped[u]++
-		c.first = slices.Delete(c.first, i, i+1)
+		c.kept[e.class]--
+		c.firsts[e.class]--
+		c.dropped[e.class.vital()]++
+		c.entries = slices.Delete(c.entries, i, i+1)
 		return slices.Delete(samples, i, i+1) // the dropped sample's map goes now
 	}
 	return samples
 }
 
-// coarser raises the floor of the vital that keeps the most samples
+// coarser raises the floor of the class that keeps the most samples
 // besides firsts and removes those of them below it.
 func (c *sampleCap) coarser(samples []store.Sample) []store.Sample {
 	w, _ := c.coarsest()
 	c.floor[w] = max(2*c.floor[w], 2)
-	name := w.String()
-	out, first := samples[:0], c.first[:0]
+	out, entries := samples[:0], c.entries[:0]
 	for i, s := range samples {
-		if !c.first[i] && s.Vital == name && s.EstCount < c.floor[w] {
+		if e := c.entries[i]; !e.first && e.class == w && s.EstCount < c.floor[w] {
 			c.kept[w]--
-			c.dropped[w]++
+			c.dropped[w.vital()]++
 			continue
 		}
-		out, first = append(out, s), append(first, c.first[i])
+		out, entries = append(out, s), append(entries, c.entries[i])
 	}
 	clear(samples[len(out):]) // the dropped samples' maps go now
-	c.first = first
+	c.entries = entries
 	return samples[:len(out)]
 }
 

@@ -93,8 +93,8 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	var kept []store.Sample
 	for _, s := range all {
 		v, _ := vitalByName(s.Vital)
-		if c.admit(v, s.LabelHash, s.EstCount, false) {
-			kept = c.added(v, append(kept, s))
+		if c.admit(v, s.LabelHash, s.EstCount, anySample) {
+			kept = c.added(append(kept, s))
 		}
 	}
 	if len(kept) > max {
@@ -108,11 +108,11 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	if next.floor[Kmem] != c.floor[Kmem]/2 || next.floor[Sched] != 0 || next.floor[Kmem] < 2 {
 		t.Errorf("carried floors kmem %d, sched %d; want %d (>= 2), 0", next.floor[Kmem], next.floor[Sched], c.floor[Kmem]/2)
 	}
-	if !next.admit(Kmem, 7, 1, false) {
+	if !next.admit(Kmem, 7, 1, anySample) {
 		t.Errorf("next epoch: a new kmem label's first sample refused")
 	}
-	next.added(Kmem, make([]store.Sample, 1))
-	if next.admit(Kmem, 7, 1, false) || next.dropped[Kmem] != 1 || !next.admit(Sched, 7, 1, false) {
+	next.added(make([]store.Sample, 1))
+	if next.admit(Kmem, 7, 1, anySample) || next.dropped[Kmem] != 1 || !next.admit(Sched, 7, 1, anySample) {
 		t.Errorf("next epoch: kmem's second sample at estimate 1 admitted or not counted (%d), or sched's first refused", next.dropped[Kmem])
 	}
 
@@ -214,8 +214,8 @@ func TestCapSharesFirstsAndHeavy(t *testing.T) {
 	c := newSampleCap(limit)
 	var kept []store.Sample
 	for _, x := range s {
-		if c.admit(Kmem, x.LabelHash, x.EstCount, false) {
-			kept = c.added(Kmem, append(kept, x))
+		if c.admit(Kmem, x.LabelHash, x.EstCount, anySample) {
+			kept = c.added(append(kept, x))
 		}
 	}
 	if len(kept) != limit || uint64(len(kept))+c.dropped[Kmem] != uint64(len(s)) {
@@ -295,8 +295,8 @@ func TestCapKeepsHeavyLabelsOfALateStart(t *testing.T) {
 	c := newSampleCap(limit)
 	var kept []store.Sample
 	for _, x := range s {
-		if c.admit(Blck, x.LabelHash, x.EstCount, false) {
-			kept = c.added(Blck, append(kept, x))
+		if c.admit(Blck, x.LabelHash, x.EstCount, anySample) {
+			kept = c.added(append(kept, x))
 		}
 	}
 	if len(kept) > limit || uint64(len(kept))+c.dropped[Blck] != uint64(len(s)) {
@@ -338,11 +338,17 @@ func TestCapKeepsResourceWaitsOverWaitsForWork(t *testing.T) {
 	rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
 	s, _ := logSamples(Blck, events)
 	forWork := func(label uint64) bool { return label >= 100 && label < 1000 }
+	kind := func(label uint64) capKind {
+		if forWork(label) {
+			return waitsForWork
+		}
+		return anySample
+	}
 	c := newSampleCap(limit)
 	var kept []store.Sample
 	for _, x := range s {
-		if c.admit(Blck, x.LabelHash, x.EstCount, forWork(x.LabelHash)) {
-			kept = c.added(Blck, append(kept, x))
+		if c.admit(Blck, x.LabelHash, x.EstCount, kind(x.LabelHash)) {
+			kept = c.added(append(kept, x))
 		}
 	}
 	if len(kept) > limit || uint64(len(kept))+c.dropped[Blck] != uint64(len(s)) {
@@ -456,9 +462,72 @@ func BenchmarkCapUnderChurn(b *testing.B) {
 		c := newSampleCap(1500)
 		var kept []store.Sample
 		for _, x := range s {
-			if c.admit(Kmem, x.LabelHash, x.EstCount, false) {
-				kept = c.added(Kmem, append(kept, x))
+			if c.admit(Kmem, x.LabelHash, x.EstCount, anySample) {
+				kept = c.added(append(kept, x))
 			}
 		}
 	}
+}
+
+// TestCapKeepsAFailingLoopAmongBlockedCalls offers the cap an epoch of
+// syscall samples as a host with churn gives them: new processes' calls
+// (firsts), threads' calls that block for seconds (weighed by the µs they
+// slept: estimates in the millions), and a loop retrying a call that fails
+// at once, 140 000 times (weighed one each). The loop keeps samples, and
+// weighs its count once folded; the blocked calls keep theirs too.
+func TestCapKeepsAFailingLoopAmongBlockedCalls(t *testing.T) {
+	const limit, blocked, loop = 40, 30, 1
+	rng := rand.New(rand.NewPCG(11, 12))
+	type offer struct {
+		s    store.Sample
+		kind capKind
+	}
+	var offers []offer
+	add := func(label, est uint64, kind capKind) {
+		offers = append(offers, offer{store.Sample{Vital: Syscall.String(), LabelHash: label, EstCount: est}, kind})
+	}
+	for i := range 400 {
+		add(uint64(1000+i), 1, anySample)
+	}
+	for l := range blocked {
+		for est := uint64(1); est < 1_000_000+uint64(rng.IntN(4_000_000)); est *= 2 {
+			add(uint64(100+l), est, anySample)
+		}
+	}
+	for est := uint64(1); est <= 140_000; est *= 2 {
+		add(loop, est, failedCall)
+	}
+	rng.Shuffle(len(offers), func(i, j int) { offers[i], offers[j] = offers[j], offers[i] })
+	for i := range offers {
+		offers[i].s.TsNs = int64(i)
+	}
+	var all []store.Sample
+	c := newSampleCap(limit)
+	var kept []store.Sample
+	for _, o := range offers {
+		all = append(all, o.s)
+		if c.admit(Syscall, o.s.LabelHash, o.s.EstCount, o.kind) {
+			kept = c.added(append(kept, o.s))
+		}
+	}
+	if len(kept) > limit || uint64(len(kept))+c.dropped[Syscall] != uint64(len(offers)) {
+		t.Errorf("kept %d (cap %d), dropped %d, offered %d", len(kept), limit, c.dropped[Syscall], len(offers))
+	}
+	perLabel := map[uint64]int{}
+	blockedKept := 0
+	for _, x := range kept {
+		perLabel[x.LabelHash]++
+		if x.LabelHash >= 100 && x.LabelHash < 1000 {
+			blockedKept++
+		}
+	}
+	if perLabel[loop] == 0 || blockedKept == 0 {
+		t.Fatalf("the failing loop kept %d samples, the blocked calls %d", perLabel[loop], blockedKept)
+	}
+	c.fold(kept)
+	if counted, weighs := topEstimates(all)[loop], topEstimates(kept)[loop]; weighs != counted {
+		t.Errorf("the failing loop (%d calls sampled) weighs %d once folded", counted, weighs)
+	}
+	t.Logf("kept %d of %d: the loop %d, the blocked calls %d; floors: syscall %d, failed calls %d",
+		len(kept), len(offers), perLabel[loop], blockedKept, c.floor[Syscall], c.floor[failedCalls])
 }

@@ -236,15 +236,22 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
 	// A blck sample's kernel stack, and a syscall sample's call, say
 	// whether it waited for work, which the cap keeps only as its label's
-	// first: read before admitting it.
+	// first, and a syscall sample whether its call failed, which the cap
+	// samples against the other failed calls: read before admitting it.
 	var kst *store.Stack
 	if nk > 0 && v == Blck {
 		st := r.kernelStack(untilLoop(s.Stack[:nk]))
 		kst = &st
 	}
-	forWork := kst != nil && findings.WaitsForWork(&findings.Stack{Frames: kst.Frames}) ||
-		v == Syscall && findings.CallWaitsForWork(int(int32(s.F[0])))
-	if !ep.cap.admit(v, s.Label, uint64(s.Est), forWork) {
+	kind := anySample
+	switch {
+	case kst != nil && findings.WaitsForWork(&findings.Stack{Frames: kst.Frames}),
+		v == Syscall && findings.CallWaitsForWork(int(int32(s.F[0]))):
+		kind = waitsForWork
+	case v == Syscall && findings.FailedCall(int(int32(s.F[0])), int64(s.F[2])):
+		kind = failedCall
+	}
+	if !ep.cap.admit(v, s.Label, uint64(s.Est), kind) {
 		return
 	}
 	out := store.Sample{
@@ -279,7 +286,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs), slices.Clone(words)})
 		}
 	}
-	ep.samples = ep.cap.added(v, append(ep.samples, out))
+	ep.samples = ep.cap.added(append(ep.samples, out))
 }
 
 // unresolved is a sample of a process that was gone when it was read,
