@@ -56,7 +56,7 @@
 #define SEEN_BITS 65536
 #define SEEN_HASHES 3
 #define MAX_STACK 64
-#define SP_WORDS 8
+#define SP_WORDS 16
 
 enum vital {
 	VITAL_CPU = 0,
@@ -142,7 +142,11 @@ struct hl_stats {
  * in use. The return address into the caller is among the first words at
  * the stack pointer (the first, or a few up when the wrapper saved
  * registers); user space tells it by the call instruction before it
- * (internal/recorder's wrapperCaller).
+ * (internal/recorder's wrapperCaller). SP_WORDS is 16 because glibc's
+ * open() keeps 15 words of its own below the return address (two saved
+ * registers and 0x68 bytes of locals); with 8, a loop around a failing
+ * open was a stack of [open] alone, its caller lost. 16 cover 93 % of
+ * the C library's functions that make a system call.
  */
 struct hl_sample {
 	__u32 kind;

@@ -54,24 +54,32 @@ func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []ui
 
 // callerAmong picks frame 0's caller from rets, the return addresses among
 // the words at the stack pointer, in order, whose calls went to targets
-// (a direct call's target resolved, an indirect call's empty): the first
-// whose call could have led to frame0, unless that is next, the walk's
-// frame 1 already (frame 0's function keeps a frame pointer). A direct
-// call to the start of a named function other than frame 0's is a return
-// address left on the stack by an earlier call; one into the program's
-// procedure linkage table (no symbol) or to frame 0's function is the
-// caller's.
+// (a direct call's target resolved, an indirect call's empty), among those
+// before next, the walk's frame 1 already (frame 0's function keeps a
+// frame pointer): the first whose direct call went into the program's
+// procedure linkage table (no symbol of its own: none, or the one before
+// it, _init, at an offset) or to frame 0's function, which leads there
+// for sure; failing that, the first through a pointer, which may. A
+// direct call to the start of another named function is a return
+// address left on the stack by an earlier call, as an indirect one may be
+// (a wrapper's locals hold whatever earlier calls left, clock_gettime's
+// call into the vDSO among them).
 func callerAmong(rets []uint64, frame0 symbol.Frame, targets []symbol.Frame, next uint64) (uint64, bool) {
+	var through uint64
 	for i, r := range rets {
 		if r == next {
 			return 0, false
 		}
-		if t := targets[i]; t.Addr != 0 && t.Func != "" && t.Offset == 0 && t.Func != frame0.Func {
-			continue
+		switch t := targets[i]; {
+		case t.Addr == 0:
+			if through == 0 {
+				through = r
+			}
+		case t.Func == "" || t.Offset != 0 || t.Func == frame0.Func:
+			return r, true
 		}
-		return r, true
 	}
-	return 0, false
+	return through, through != 0
 }
 
 // callTarget is where the direct call before return address ret (code

@@ -103,13 +103,14 @@ func TestCallDecoding(t *testing.T) {
 }
 
 // TestCallerAmong: of the return addresses at the stack pointer, the
-// caller of frame 0 is the first whose call could have led there — to a
-// stub of the procedure linkage table, to frame 0's function, or through a
-// pointer — not one an earlier call to another function left behind, and
-// none when the frame-pointer walk has it already.
+// caller of frame 0 is the first whose call surely led there — to a stub
+// of the procedure linkage table, to frame 0's function —, else the first
+// through a pointer; not one an earlier call to another function left
+// behind, and none when the frame-pointer walk has it already.
 func TestCallerAmong(t *testing.T) {
 	recv := symbol.Frame{Addr: 0x7f0000010a972, Func: "recv", Offset: 0x62}
 	plt := symbol.Frame{Addr: 0x401030, Module: "/bin/prog", Offset: 0x1030}
+	pltAfterInit := symbol.Frame{Addr: 0x401050, Func: "_init", Module: "/bin/prog", Offset: 0x50}
 	self := symbol.Frame{Addr: 0x7f0000010a910, Func: "recv"}
 	other := symbol.Frame{Addr: 0x401200, Func: "parse_header", Module: "/bin/prog"}
 	indirect := symbol.Frame{}
@@ -126,6 +127,9 @@ func TestCallerAmong(t *testing.T) {
 		{"a stale return first", []uint64{0x401250, 0x401180}, []symbol.Frame{other, plt}, 0x401400, 0x401180},
 		{"the walk has it", []uint64{0x401400}, []symbol.Frame{plt}, 0x401400, 0},
 		{"only stale returns", []uint64{0x401250}, []symbol.Frame{other}, 0x401400, 0},
+		{"a stale pointer's return first", []uint64{0x7f0000020a100, 0x401180}, []symbol.Frame{indirect, plt}, 0x401400, 0x401180},
+		{"a stale pointer's return before a PLT after _init", []uint64{0x7f0000020a100, 0x401180}, []symbol.Frame{indirect, pltAfterInit}, 0x401400, 0x401180},
+		{"the walk has it after a pointer's", []uint64{0x7f0000020a100, 0x401400}, []symbol.Frame{indirect, plt}, 0x401400, 0},
 	} {
 		got, ok := callerAmong(c.rets, recv, c.targets, c.next)
 		if got != c.want || ok != (c.want != 0) {

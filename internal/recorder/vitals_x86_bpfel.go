@@ -62,7 +62,7 @@ type vitalsHlSample struct {
 	UstackBytes int32
 	SpBytes     uint32
 	Pad         uint32
-	Stack       [136]uint64
+	Stack       [144]uint64
 }
 
 type vitalsHlStats struct {
@@ -94,7 +94,7 @@ type vitalsIoStacks struct {
 	Pad         uint32
 	Kstack      [64]uint64
 	Ustack      [64]uint64
-	SpWords     [8]uint64
+	SpWords     [16]uint64
 }
 
 type vitalsIoState struct {
@@ -169,7 +169,7 @@ type vitalsTaskState struct {
 	SpBytes     uint32
 	UstackSlept uint32
 	Pad         uint32
-	SpWords     [8]uint64
+	SpWords     [16]uint64
 	Ustack      [64]uint64
 }
 

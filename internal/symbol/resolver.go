@@ -274,10 +274,13 @@ func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
 // of a file, or whose file cannot be read. A return address's bytes end
 // with the call that pushed it; a system call's return address, with the
 // instruction that made it. Reading the files rather than the process
-// serves processes that are gone.
+// serves processes that are gone. A live process's maps are read again,
+// as ResolveImage does, for an address they do not hold: a short-lived
+// process first seen while the dynamic loader was mapping its libraries
+// had no C library yet, and its wrappers' callers were lost.
 func (r *Resolver) CodeBefore(pid uint32, img Image, addrs []uint64, n int) [][]byte {
 	code := make([][]byte, len(addrs))
-	p, found := r.place(pid, img, addrs, false)
+	p, found := r.place(pid, img, addrs, true)
 	if p == nil {
 		return code
 	}
