@@ -157,9 +157,9 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 		struct io_stacks *stk = bpf_map_lookup_elem(&io_scratch, &zero);
 		if (stk) {
 			stk->kstack_bytes = bpf_get_stack(ctx, stk->kstack, sizeof(stk->kstack), 0);
-			stk->ustack_bytes = task->mm ? bpf_get_stack(ctx, stk->ustack, sizeof(stk->ustack), BPF_F_USER_STACK) : 0;
-			stk->sp_bytes = stk->ustack_bytes > 0 ?
-				read_sp_words((struct pt_regs *)bpf_task_pt_regs(task), stk->sp_words) : 0;
+			stk->ustack_bytes = stk->sp_bytes = 0;
+			if (task->mm)
+				take_ustack(ctx, task, stk->ustack, &stk->ustack_bytes, stk->sp_words, &stk->sp_bytes);
 			fresh.sampled = bpf_map_update_elem(&inflight_stacks, &key, stk, BPF_ANY) == 0 ? 2 : 1;
 		}
 	}

@@ -170,8 +170,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	} else if (ts->ustack_bytes <= 0 ||
 		   (key != ts->ustack_key && (now - ts->ustack_ts >= USTACK_REFRESH_NS ||
 					      (sleeping && !ts->ustack_slept)))) {
-		ts->ustack_bytes = bpf_get_stack(ctx, ts->ustack, sizeof(ts->ustack), BPF_F_USER_STACK);
-		ts->sp_bytes = ts->ustack_bytes > 0 ? read_sp_words(regs, ts->sp_words) : 0;
+		take_ustack(ctx, prev, ts->ustack, &ts->ustack_bytes, ts->sp_words, &ts->sp_bytes);
 		ts->ustack_key = key;
 		ts->ustack_ts = now;
 		ts->ustack_slept = sleeping;

@@ -938,6 +938,74 @@ static __always_inline __u32 read_sp_words(struct pt_regs *regs, __u64 *w)
 	return SP_WORDS * sizeof(__u64);
 }
 
+/* sp_bytes's top bit: the user stack was mended (mend_ustack), which user
+ * space checks frame by frame. */
+#define SP_MENDED (1u << 31)
+/* How far above the stack pointer a mended walk may go (a thread's stack
+ * is 8 MiB at most by default), and how many frames it adds. */
+#define MEND_REACH (8ULL << 20)
+#define MEND_FRAMES 24
+
+/* Whether a could be a return address of the task whose user stack
+ * pointer is sp: in user space, and not on its stack. */
+static __always_inline bool user_code_like(__u64 a, __u64 sp)
+{
+	return a >= 0x10000 && a < (1ULL << 47) && (a + MEND_REACH < sp || a >= sp + MEND_REACH);
+}
+
+/* A C library wrapper that saves the frame pointer's register and uses it
+ * for its own ends (glibc's open) leaves the frame-pointer walk of a system
+ * call with the wrapper alone, or with one frame read through whatever the
+ * register held. Its caller's frame pointer is still saved below the
+ * caller's return address among the words at the stack pointer w: the
+ * highest pair of a word pointing up the stack above both and one that
+ * looks like code. The walk is done again from there: frame 1 the return
+ * address, and the frame-pointer chain above it. Returns whether it was;
+ * user space keeps the mended frames only up to the first that does not
+ * follow a call instruction. */
+static __always_inline bool mend_ustack(__u64 *frames, __s32 *bytes, __u64 sp, const __u64 *w)
+{
+	__u64 fp = 0, pair[2];
+	int i, j, n = 2;
+
+	if (*bytes != sizeof(__u64) && (*bytes != 2 * sizeof(__u64) || user_code_like(frames[1], sp)))
+		return false;
+	for (i = SP_WORDS - 2; i >= 0; i--) {
+		if (w[i] >= sp + (i + 2) * sizeof(__u64) && w[i] < sp + MEND_REACH && !(w[i] & 7) &&
+		    user_code_like(w[i + 1], sp)) {
+			fp = w[i];
+			frames[1] = w[i + 1];
+			break;
+		}
+	}
+	if (!fp)
+		return false;
+	for (j = 0; j < MEND_FRAMES; j++) {
+		if (bpf_probe_read_user(pair, sizeof(pair), (void *)fp) || !user_code_like(pair[1], sp))
+			break;
+		frames[n++] = pair[1];
+		if (pair[0] <= fp || pair[0] >= sp + MEND_REACH)
+			break;
+		fp = pair[0];
+	}
+	*bytes = n * sizeof(__u64);
+	return true;
+}
+
+/* Take the current task's user stack into frames (bytes of them, or
+ * bpf_get_stack's error) and the words at its stack pointer into words
+ * (sp_bytes of them, with SP_MENDED when the stack was mended). */
+static __always_inline void take_ustack(void *ctx, struct task_struct *task, __u64 *frames, __s32 *bytes,
+					__u64 *words, __u32 *sp_bytes)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+	*bytes = bpf_get_stack(ctx, frames, MAX_STACK * sizeof(__u64), BPF_F_USER_STACK);
+	*sp_bytes = *bytes > 0 ? read_sp_words(regs, words) : 0;
+	if (*sp_bytes && mend_ustack(frames, bytes, regs->sp, words))
+		*sp_bytes |= SP_MENDED;
+}
+
 /* Take the current task's stacks into s, as a sample of vital needs them:
  * the kernel stack, then the user stack after it and the words at its
  * stack pointer, when the task has a user space. A page fault (umem) is
@@ -946,11 +1014,21 @@ static __always_inline void take_stacks(void *ctx, struct hl_sample *s, struct t
 {
 	if (vital_kstack(vital))
 		s->kstack_bytes = bpf_get_stack(ctx, s->stack, MAX_STACK * sizeof(__u64), 0);
+	__u64 *words;
+	__u32 sp;
+
 	if (!task->mm)
 		return;
-	s->ustack_bytes = bpf_get_stack(ctx, ustack_at(s), MAX_STACK * sizeof(__u64), BPF_F_USER_STACK);
-	if (s->ustack_bytes > 0 && vital != VITAL_UMEM)
-		s->sp_bytes = read_sp_words((struct pt_regs *)bpf_task_pt_regs(task), sp_words_at(s));
+	if (vital == VITAL_UMEM) {
+		s->ustack_bytes = bpf_get_stack(ctx, ustack_at(s), MAX_STACK * sizeof(__u64), BPF_F_USER_STACK);
+		return;
+	}
+	/* The words are read past the longest user stack, then put after
+	 * the frames, whose number mending may change. */
+	words = ustack_at(s) + MAX_STACK;
+	take_ustack(ctx, task, ustack_at(s), &s->ustack_bytes, words, &sp);
+	if (sp && bpf_probe_read_kernel(sp_words_at(s), SP_WORDS * sizeof(__u64), words) == 0)
+		s->sp_bytes = sp;
 }
 
 /* Copy a user stack taken earlier (n bytes of frames, or an error) into s,
@@ -965,7 +1043,8 @@ static __always_inline void put_ustack(struct hl_sample *s, const __u64 *frames,
 	if (n > MAX_STACK * sizeof(__u64))
 		n = MAX_STACK * sizeof(__u64);
 	bpf_probe_read_kernel(ustack_at(s), n, frames);
-	if (sp == SP_WORDS * sizeof(__u64) && bpf_probe_read_kernel(sp_words_at(s), sp, words) == 0)
+	if ((sp & ~SP_MENDED) == SP_WORDS * sizeof(__u64) &&
+	    bpf_probe_read_kernel(sp_words_at(s), SP_WORDS * sizeof(__u64), words) == 0)
 		s->sp_bytes = sp;
 }
 
@@ -975,7 +1054,7 @@ static __always_inline void sample_submit(struct hl_sample *s, __u32 vital, stru
 	struct hl_stats *st = stats_of(v->copy, vital);
 	__u64 k = s->kstack_bytes > 0 ? s->kstack_bytes : 0;
 	__u64 u = s->ustack_bytes > 0 ? s->ustack_bytes : 0;
-	__u64 w = s->sp_bytes;
+	__u64 w = s->sp_bytes & ~SP_MENDED;
 	__u64 size;
 
 	if (k > MAX_STACK * sizeof(__u64))

@@ -52,6 +52,24 @@ func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []ui
 	return addrs
 }
 
+// calledFrames is addrs, a user stack the programs mended (bpf/sketch.h
+// mend_ustack: a walk again from a frame pointer found among the words at
+// the stack pointer), up to its first frame past frame 0 that is no return
+// address: one that does not follow a call instruction, as a word that
+// only looked like a saved frame pointer would give.
+func (r *Recorder) calledFrames(pid uint32, img symbol.Image, addrs []uint64) []uint64 {
+	if len(addrs) < 2 {
+		return addrs
+	}
+	code := r.procs.CodeBefore(pid, img, addrs[1:], longestCall)
+	for i, c := range code {
+		if !afterCall(c) {
+			return addrs[:i+1]
+		}
+	}
+	return addrs
+}
+
 // callerAmong picks frame 0's caller from rets, the return addresses among
 // the words at the stack pointer, in order, whose calls went to targets
 // (a direct call's target resolved, an indirect call's empty), among those

@@ -204,6 +204,9 @@ const (
 	sampleHeader = int(unsafe.Offsetof(vitalsHlSample{}.Stack))
 	maxStack     = len(vitalsIoStacks{}.Ustack)
 	spWords      = len(vitalsIoStacks{}.SpWords)
+	// spMended in sp_bytes says the programs mended the user stack's
+	// frame-pointer walk (bpf/sketch.h mend_ustack).
+	spMended = 1 << 31
 )
 
 func sampleGen(raw []byte) uint64 {
@@ -223,7 +226,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	var s vitalsHlSample
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize), raw)
 	nk, nu := frames(s.KstackBytes), frames(s.UstackBytes)
-	nw := min(int(s.SpBytes)/8, spWords)
+	nw := min(int(s.SpBytes&^spMended)/8, spWords)
 	if sampleHeader+8*(nk+nu+nw) > len(raw) {
 		r.countLate()
 		return
@@ -279,11 +282,11 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 	}
 	if nu > 0 {
 		addrs, words := untilLoop(s.Stack[nk:nk+nu]), s.Stack[nk+nu:nk+nu+nw]
-		if st := r.userStack(s.Pid, img, addrs, words); len(st.Frames) > 0 {
+		if st := r.userStack(s.Pid, img, addrs, words, s.SpBytes&spMended != 0); len(st.Frames) > 0 {
 			out.UStackID = ep.addStack(st)
 		}
 		if out.Exe == "[exited]" && img.Ino != 0 {
-			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs), slices.Clone(words)})
+			ep.unresolved = append(ep.unresolved, unresolved{sampleKeyOf(&out), s.Pid, img, slices.Clone(addrs), slices.Clone(words), s.SpBytes&spMended != 0})
 		}
 	}
 	ep.samples = ep.cap.added(append(ep.samples, out))
@@ -298,6 +301,7 @@ type unresolved struct {
 	img    symbol.Image
 	addrs  []uint64
 	words  []uint64 // at the user stack pointer
+	mended bool     // addrs were mended (spMended)
 }
 
 // sampleKey tells an epoch's samples apart: the cap may have moved or
@@ -341,7 +345,7 @@ func (r *Recorder) resolveLate(ep *epochState) {
 		}
 		s := &ep.samples[i]
 		s.Exe = exe
-		if st := r.userStack(u.pid, u.img, u.addrs, u.words); len(st.Frames) > 0 {
+		if st := r.userStack(u.pid, u.img, u.addrs, u.words, u.mended); len(st.Frames) > 0 {
 			s.UStackID = ep.addStack(st)
 		}
 	}
@@ -459,7 +463,10 @@ func makeStack(kind string, fr []symbol.Frame) store.Stack {
 // userStack is the user stack of process pid (running img) whose
 // frame-pointer walk is addrs, with its wrapper's caller (wrapperCaller;
 // words are the words at its stack pointer), symbolized (userFrames).
-func (r *Recorder) userStack(pid uint32, img symbol.Image, addrs, words []uint64) store.Stack {
+func (r *Recorder) userStack(pid uint32, img symbol.Image, addrs, words []uint64, mended bool) store.Stack {
+	if mended {
+		addrs = r.calledFrames(pid, img, addrs)
+	}
 	return userFrames(r.procs.ResolveImage(pid, img, r.wrapperCaller(pid, img, addrs, words)), img)
 }
 

@@ -2,9 +2,12 @@
  * the recorder to find above the wrapper in their user stacks:
  * holter_waits_in_recv waits in recv on a socket nobody writes to (woken
  * by its receive timeout every 100 ms), holter_syncs_writes writes a
- * block with pwrite and waits in fdatasync, again and again.
+ * block with pwrite and waits in fdatasync, again and again;
+ * holter_opens_missing, called by holter_retries_open, opens a file that
+ * is not there, every 100 µs: glibc's open keeps the frame pointer's
+ * register for its own use, and the walk past it must be mended.
  *
- * Arguments: seconds, a file to write, and "threads" to run the two in
+ * Arguments: seconds, a file to write, and "threads" to run the three in
  * threads of their own (the wrappers take their multi-threaded path, which
  * saves registers on the stack) or "single" to run them one after the
  * other in the one thread (the path that saves nothing). */
@@ -46,6 +49,26 @@ __attribute__((noinline)) void holter_syncs_writes(int fd, double until)
 			exit(1);
 }
 
+__attribute__((noinline)) int holter_opens_missing(const char *missing)
+{
+	return open(missing, O_RDONLY);
+}
+
+__attribute__((noinline)) void holter_retries_open(double until)
+{
+	while (now() < until) {
+		if (holter_opens_missing("/nonexistent/holter-wrapper-callers") >= 0)
+			exit(1);
+		usleep(100);
+	}
+}
+
+static void *opener(void *arg)
+{
+	holter_retries_open(*(double *)arg);
+	return NULL;
+}
+
 static void *receiver(void *arg)
 {
 	int sv[2];
@@ -71,23 +94,27 @@ static void *writer(void *arg)
 
 int main(int argc, char **argv)
 {
-	double start = now(), half, end;
-	pthread_t r, w;
+	double start = now(), third, two, end;
+	pthread_t r, w, o;
 
 	if (argc != 4)
 		return 2;
 	seconds = atof(argv[1]);
 	path = argv[2];
 	end = start + seconds;
-	half = start + seconds / 2;
+	third = start + seconds / 3;
+	two = start + 2 * seconds / 3;
 	if (strcmp(argv[3], "threads") == 0) {
-		if (pthread_create(&r, NULL, receiver, &end) != 0 || pthread_create(&w, NULL, writer, &end) != 0)
+		if (pthread_create(&r, NULL, receiver, &end) != 0 || pthread_create(&w, NULL, writer, &end) != 0 ||
+		    pthread_create(&o, NULL, opener, &end) != 0)
 			return 1;
 		pthread_join(r, NULL);
 		pthread_join(w, NULL);
+		pthread_join(o, NULL);
 	} else {
-		receiver(&half);
-		writer(&end);
+		receiver(&third);
+		writer(&two);
+		opener(&end);
 	}
 	unlink(path);
 	return 0;
