@@ -427,32 +427,34 @@ func (w *Window) ProcsOf(i int, vital string) []ProcStat {
 	return out
 }
 
-// kernelGrowth is how much the kernel memory in use (KernelLastKB) grew
-// over intervals first to last, in KiB: from the last reading before first
-// (the interval before's, else first's own first) to the last reading up
-// to last; false without two readings.
+// kernelGrowth is how far the kernel memory in use rose over intervals
+// first to last, in KiB: its highest reading in them less the last reading
+// before (the interval before's, else first's own first); false without a
+// reading in them. The highest, not the last: a leaking process's buffers
+// are freed when it exits, in the last interval of its run.
 func (w *Window) kernelGrowth(first, last int) (float64, bool) {
 	if first < 0 || last >= len(w.KernelLastKB) || last >= len(w.KernelFirstKB) {
 		return 0, false
 	}
-	end := last
-	for end >= first && math.IsNaN(w.KernelLastKB[end]) {
-		end--
-	}
-	if end < first {
-		return 0, false
-	}
-	from := math.NaN()
+	from, peak := math.NaN(), math.Inf(-1)
 	if first > 0 {
 		from = w.KernelLastKB[first-1]
 	}
-	for k := first; k <= end && math.IsNaN(from); k++ {
-		from = w.KernelFirstKB[k]
+	for k := first; k <= last; k++ {
+		for _, v := range []float64{w.KernelFirstKB[k], w.KernelLastKB[k]} {
+			if math.IsNaN(v) {
+				continue
+			}
+			if math.IsNaN(from) {
+				from = v
+			}
+			peak = math.Max(peak, v)
+		}
 	}
-	if math.IsNaN(from) {
+	if math.IsInf(peak, -1) {
 		return 0, false
 	}
-	return w.KernelLastKB[end] - from, true
+	return peak - from, true
 }
 
 func nans(n int) []float64 {
