@@ -69,7 +69,8 @@ type meminfo struct {
 	read memoryUse
 }
 
-// memoryUse is what the samples carry of /proc/meminfo, in KiB.
+// memoryUse is what the samples carry of /proc/meminfo and /proc/zoneinfo,
+// in KiB.
 type memoryUse struct {
 	free uint64
 	// kernel is the kernel memory in use (parseMeminfo): socket and pipe
@@ -90,7 +91,7 @@ func (m *meminfo) get() memoryUse {
 	}
 	zones, err := os.ReadFile("/proc/zoneinfo")
 	if err != nil {
-		zones = nil
+		zones = nil // without the per-CPU lists, no kernel memory in use
 	}
 	m.read = parseMeminfo(mem, zones, uint64(os.Getpagesize()/1024))
 	return m.read
