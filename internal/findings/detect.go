@@ -300,7 +300,11 @@ func memoryLeak(w *Window, l Levels) []Finding {
 		runs := newRuns(flush)
 		for i := w.SampledFrom; i < len(w.Intervals); i++ {
 			net := s.Weight[i] - s.Secondary[i]
+			sampled := map[uint32]bool{}
 			for _, p := range w.Profiles(i) {
+				for _, a := range p.Alloc {
+					sampled[p.Pid] = sampled[p.Pid] || a > 0
+				}
 				if p.Alloc[class] < l.LeakRate {
 					continue
 				}
@@ -312,6 +316,17 @@ func memoryLeak(w *Window, l Levels) []Finding {
 				r.alloc += p.Alloc[class] * w.Intervals[i].Seconds()
 				if !math.IsNaN(net) {
 					r.net += net
+				}
+			}
+			// The storage budget may keep no kmem sample of a heavy
+			// allocator in an interval, which does not say it stopped: a
+			// kernel leak's run goes on over up to LeakGap such intervals
+			// where the kernel memory in use, which measures it, is read.
+			if class == MemoryKernel && i < len(w.KernelLastKB) && !math.IsNaN(w.KernelLastKB[i]) {
+				for pid, r := range runs.open {
+					if !sampled[pid] && i-r.last <= l.LeakGap {
+						runs.seen[pid] = true
+					}
 				}
 			}
 			runs.next()

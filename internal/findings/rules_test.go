@@ -337,6 +337,37 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 	}
 }
 
+// TestKernelLeakAcrossUnsampledIntervals: on a host whose storage budget
+// keeps few samples, a leaker's kmem samples miss some intervals; its run
+// goes on over gaps of up to LeakGap intervals where the kernel memory in
+// use is read, not over longer ones, nor without that reading.
+func TestKernelLeakAcrossUnsampledIntervals(t *testing.T) {
+	w := window(60)
+	for i := range w.Intervals {
+		w.FreeKB[i] = 64 << 20
+		// 5 MiB/s from 10 to 50, by both measures.
+		w.KernelFirstKB[i], w.KernelLastKB[i] = float64(1<<20+5120*min(max(i-10, 0), 40)), float64(1<<20+5120*min(max(i-9, 0), 40))
+		if i >= 10 && i < 50 {
+			w.Vitals["kmem"].Weight[i], w.Vitals["kmem"].Secondary[i] = 3000, 3000-1280
+		}
+	}
+	for _, span := range [][2]int{{10, 14}, {17, 29}, {32, 49}} { // gaps of 2
+		add(w, span[0], span[1], Group{Vital: "kmem", Pid: 84, Comm: "hoarder", Exe: "/bin/hoarder", KStack: stackSock, UStack: stackSpin, Weight: 1280, Events: 1280, Samples: 1})
+	}
+	for i := 10; i < 50; i += 4 { // gaps of 3
+		add(w, i, i, Group{Vital: "kmem", Pid: 85, Comm: "sparse", Exe: "/bin/sparse", KStack: stackSock, Weight: 1280, Events: 1280, Samples: 1})
+	}
+	got := run(t, filterNamed(t, "memory-leak"), w)
+	if len(got) != 1 || got[0].Subject != "pid 84 (hoarder)" || got[0].First != 10 || got[0].Last != 49 {
+		t.Fatalf("findings %+v, want pid 84 over intervals 10-49", got)
+	}
+	// A store without the reading: the runs stop at the gaps.
+	w.KernelFirstKB, w.KernelLastKB, w.profiles = nans(60), nans(60), nil
+	if got := run(t, filterNamed(t, "memory-leak"), w); len(got) != 0 {
+		t.Fatalf("without the kernel memory in use, runs went on over unsampled intervals: %+v", got)
+	}
+}
+
 // TestMonitorIsNotASubject: holter's own processes are left out of the
 // findings unless asked for.
 func TestMonitorIsNotASubject(t *testing.T) {
