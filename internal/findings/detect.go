@@ -242,18 +242,18 @@ func signalStorm(w *Window, l Levels) []Finding {
 // (page cache, which the kernel takes back when it must, is left out) go
 // on interval after interval, for LeakIntervals and LeakMinDuration at
 // least (a short-lived process growing its heap to its working set, a
-// compiler's, is not leaking), while the machine's allocated memory grows
-// as much. The leak is the smaller of the two: a process that allocates
-// and frees as fast (the machine does not grow) leaks nothing. Severity:
-// the share of the memory free at the start that the leak would take in
-// LeakHorizon.
+// compiler's, is not leaking), while the machine's memory grows as much
+// (machineGrowth). The leak is the smaller of the two: a process that
+// allocates and frees as fast (the machine does not grow) leaks nothing.
+// Severity: the share of the memory free at the start that the leak would
+// take in LeakHorizon.
 func memoryLeak(w *Window, l Levels) []Finding {
 	s := w.series("kmem")
 	var out []Finding
 	type run struct {
-		first, last   int
-		alloc, growth float64
-		comm, exe     string
+		first, last int
+		alloc, net  float64
+		comm, exe   string
 	}
 	for _, class := range []Memory{MemoryUser, MemoryKernel} {
 		flush := func(pid uint32, r *run) {
@@ -262,7 +262,8 @@ func memoryLeak(w *Window, l Levels) []Finding {
 			if n < l.LeakIntervals || secs < l.LeakMinDuration.Seconds() || r.last < w.ReportFrom {
 				return
 			}
-			leak := math.Min(r.alloc, r.growth)
+			growth, grew, machine := w.machineGrowth(class, r.first, r.last, r.net)
+			leak := math.Min(r.alloc, growth)
 			rate := leak / secs // pages/s
 			if rate < l.LeakRate {
 				return
@@ -285,21 +286,25 @@ func memoryLeak(w *Window, l Levels) []Finding {
 			if f.Culprit != nil && f.Culprit.Function != "" {
 				where = " in " + f.Culprit.Function
 			}
-			f.Summary = fmt.Sprintf("%s keeps allocating %s memory%s: %.1f MiB/s for %.0f s while the machine's memory in use grew as much",
-				procSubject(ProcStat{Pid: pid, Comm: r.comm}), class, where, rate*4/1024, secs)
+			f.Summary = fmt.Sprintf("%s keeps allocating %s memory%s: %.1f MiB/s for %.0f s while %s",
+				procSubject(ProcStat{Pid: pid, Comm: r.comm}), class, where, rate*4/1024, secs, grew)
 			if free > 0 {
 				f.Summary += fmt.Sprintf("; at this rate the %.1f GiB free would last %s", free/(1<<20), humanSeconds(free/4/rate))
 			}
 			f.Evidence = []Evidence{
 				{Name: string(class) + " pages allocated", Value: r.alloc, Unit: "pages", Relation: "over the run", Interval: r.last},
-				{Name: "machine's net allocation", Value: r.growth, Unit: "pages", Relation: "over the run", Interval: r.last},
+				machine,
 				{Name: "free memory", Value: free, Unit: "KiB", Relation: "at the start", Interval: r.first}}
 			out = append(out, f)
 		}
 		runs := newRuns(flush)
 		for i := w.SampledFrom; i < len(w.Intervals); i++ {
 			net := s.Weight[i] - s.Secondary[i]
+			sampled := map[uint32]bool{}
 			for _, p := range w.Profiles(i) {
+				for _, a := range p.Alloc {
+					sampled[p.Pid] = sampled[p.Pid] || a > 0
+				}
 				if p.Alloc[class] < l.LeakRate {
 					continue
 				}
@@ -310,7 +315,18 @@ func memoryLeak(w *Window, l Levels) []Finding {
 				r.last = i
 				r.alloc += p.Alloc[class] * w.Intervals[i].Seconds()
 				if !math.IsNaN(net) {
-					r.growth += net
+					r.net += net
+				}
+			}
+			// The storage budget may keep no kmem sample of a heavy
+			// allocator in an interval, which does not say it stopped: a
+			// kernel leak's run goes on over up to LeakGap such intervals
+			// where the kernel memory in use, which measures it, is read.
+			if class == MemoryKernel && i < len(w.KernelLastKB) && !math.IsNaN(w.KernelLastKB[i]) {
+				for pid, r := range runs.open {
+					if !sampled[pid] && i-r.last <= l.LeakGap {
+						runs.seen[pid] = true
+					}
 				}
 			}
 			runs.next()
@@ -318,6 +334,25 @@ func memoryLeak(w *Window, l Levels) []Finding {
 		runs.close()
 	}
 	return out
+}
+
+// machineGrowth is how much the machine's memory of a class grew over
+// intervals first to last, in pages, with what a finding says of it in its
+// summary and evidence. Kernel memory: the kernel memory in use
+// (kernelGrowth), which other work on the host hardly moves. User memory,
+// and kernel memory in a store without that reading: net, the machine's
+// pages allocated less pages freed over the intervals, which page cache
+// filled and reclaimed and processes started and ended swing by more than
+// a kernel leak's few MiB a second.
+func (w *Window) machineGrowth(class Memory, first, last int, net float64) (float64, string, Evidence) {
+	if class == MemoryKernel {
+		if kb, ok := w.kernelGrowth(first, last); ok {
+			return kb / 4, fmt.Sprintf("the machine's kernel memory in use grew %.0f MiB", kb/1024),
+				Evidence{Name: "kernel memory in use grew", Value: kb / 1024, Unit: "MiB", Relation: "over the run", Interval: last}
+		}
+	}
+	return net, "the machine's memory in use grew as much",
+		Evidence{Name: "machine's net allocation", Value: net, Unit: "pages", Relation: "over the run", Interval: last}
 }
 
 // humanSeconds is a duration in the largest unit that keeps it above 1.

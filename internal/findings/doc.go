@@ -52,7 +52,8 @@
 //     the process's own, with few system calls and page faults for it and
 //     no I/O), a loop around a failing system call, a process's memory
 //     growing (user or kernel memory, not page cache) while the machine's
-//     does, a process sending signals in a storm.
+//     does (its kernel memory in use, kmem samples' kernel_kb, for kernel
+//     memory), a process sending signals in a storm.
 //   - The ten rules of §3.2, with "low" and "high" from Levels.
 //
 // # The rules over holter's vitals

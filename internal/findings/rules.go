@@ -46,8 +46,11 @@ type Levels struct {
 	// LeakRate: pages a second a process must go on allocating, for
 	// LeakIntervals and LeakMinDuration, for its allocations to be a
 	// leak; LeakHorizon how far ahead a leak's severity projects it.
+	// LeakGap: intervals without a kmem sample of the process a kernel
+	// leak's run may span.
 	LeakRate                     float64
 	LeakMinDuration, LeakHorizon time.Duration
+	LeakGap                      int
 	// SignalStorm: signals per second a process sends that make a storm.
 	SignalStorm float64
 	// BusyCPU: CPUs a process must demand for a busy loop — use, or wait
@@ -80,7 +83,7 @@ var DefaultLevels = Levels{
 	L2LowPerCPUms: 1, L2HighPerCPUms: 100,
 	SchedHigh: 0.2, ProcSchedHigh: 0.1, ProcBlckHigh: 0.5, ProcBlioHigh: 1 << 20,
 	ProcUmemHigh: 1000, ProcSyscallHigh: 20000, KmemPerSyscallLow: 0.001,
-	LeakIntervals: 3, LeakMinPages: 256, LeakRate: 256, LeakMinDuration: 30 * time.Second, LeakHorizon: time.Hour,
+	LeakIntervals: 3, LeakMinPages: 256, LeakRate: 256, LeakMinDuration: 30 * time.Second, LeakHorizon: time.Hour, LeakGap: 2,
 	SignalStorm: 100,
 	BusyCPU:     0.25, BusyUserShare: 0.8, BusyConcentration: 0.7, BusyFunctions: 3,
 	BusySyscallsPerCPU: 1000, BusyFaultsPerCPU: 1000, BusyIOBytes: 64 << 10,

@@ -19,7 +19,7 @@ func window(n int) *Window {
 	for _, v := range Vitals {
 		w.Vitals[v] = &VitalSeries{Events: make([]float64, n), Weight: make([]float64, n), Secondary: make([]float64, n)}
 	}
-	w.KernelCPU, w.FreeKB = make([]float64, n), nans(n)
+	w.KernelCPU, w.FreeKB, w.KernelFirstKB, w.KernelLastKB = make([]float64, n), nans(n), nans(n), nans(n)
 	return w
 }
 
@@ -267,6 +267,35 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 			// A compiler growing its heap for 10 s, then gone.
 			add(w, 20, 29, Group{Vital: "kmem", Pid: 83, Comm: "cc", Exe: "/bin/cc", KStack: stackFault, Weight: 2560, Events: 2560, Samples: 9})
 		}, []string{"pid 80 (leaker)@10-49"}, "keeps allocating user memory in spin_in_culprit: 10.0 MiB/s for 40 s", 1, "spin_in_culprit"},
+		{"memory-leak", 100, func(w *Window) {
+			// Socket buffers leaking at 5 MiB/s for 40 s, freed when the
+			// leaker exits at the end: the kernel memory in use, read at
+			// each interval's start and end, grows with them, give or take
+			// 2 MiB of other work's. That work swings the machine's net
+			// allocation by 10 000 pages/s an interval, to a net fall over
+			// the leak.
+			add(w, 10, 49, Group{Vital: "kmem", Pid: 84, Comm: "hoarder", Exe: "/bin/hoarder", KStack: stackSock, UStack: stackSpin, Weight: 1280, Events: 1280, Samples: 9})
+			kernel := func(t int) float64 {
+				if t >= 50 {
+					return 1 << 20
+				}
+				return 1<<20 + float64(5120*max(t-10, 0))
+			}
+			for i := 0; i < 100; i++ {
+				w.FreeKB[i] = 64 << 20 // 64 GiB free
+				noise := float64(2048 * (i % 2))
+				w.KernelFirstKB[i], w.KernelLastKB[i] = kernel(i)+noise, kernel(i+1)+noise
+				w.Vitals["kmem"].Weight[i], w.Vitals["kmem"].Secondary[i] = 20000, float64(20500-10000*(1-2*(i%2)))
+			}
+			// Later, page cache filling at 10 MiB/s (the machine's net
+			// allocation grows as much) beside a process moving 5 MiB/s
+			// through pipes, freed as fast: the kernel memory in use stays.
+			for i := 55; i < 95; i++ {
+				w.Vitals["kmem"].Secondary[i] = 20000 - 2560
+			}
+			add(w, 55, 94, Group{Vital: "kmem", Pid: 85, Comm: "writer", Exe: "/bin/writer", KStack: stackCacheFill, Weight: 2560, Events: 2560, Samples: 9})
+			add(w, 55, 94, Group{Vital: "kmem", Pid: 86, Comm: "piper", Exe: "/bin/piper", KStack: stackSock, Weight: 1280, Events: 1280, Samples: 9})
+		}, []string{"pid 84 (hoarder)@10-49"}, "keeps allocating kernel memory in spin_in_culprit: 4.9 MiB/s for 40 s while the machine's kernel memory in use grew 195 MiB", 0.27, "spin_in_culprit"},
 		{"signal-storm", 8, func(w *Window) {
 			add(w, 2, 2, Group{Vital: "signal", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Target: 91, Weight: 50000, Events: 50000, Samples: 9})
 			add(w, 2, 2, Group{Vital: "cpu", Pid: 90, Comm: "stormer", Exe: "/bin/stormer", UStack: stackSender, Weight: 0.5e6, Events: 50, Samples: 9})
@@ -305,6 +334,37 @@ func TestRulesOnConstructedSeries(t *testing.T) {
 				t.Errorf("culprit %+v, want function %s", f.Culprit, c.function)
 			}
 		})
+	}
+}
+
+// TestKernelLeakAcrossUnsampledIntervals: on a host whose storage budget
+// keeps few samples, a leaker's kmem samples miss some intervals; its run
+// goes on over gaps of up to LeakGap intervals where the kernel memory in
+// use is read, not over longer ones, nor without that reading.
+func TestKernelLeakAcrossUnsampledIntervals(t *testing.T) {
+	w := window(60)
+	for i := range w.Intervals {
+		w.FreeKB[i] = 64 << 20
+		// 5 MiB/s from 10 to 50, by both measures.
+		w.KernelFirstKB[i], w.KernelLastKB[i] = float64(1<<20+5120*min(max(i-10, 0), 40)), float64(1<<20+5120*min(max(i-9, 0), 40))
+		if i >= 10 && i < 50 {
+			w.Vitals["kmem"].Weight[i], w.Vitals["kmem"].Secondary[i] = 3000, 3000-1280
+		}
+	}
+	for _, span := range [][2]int{{10, 14}, {17, 29}, {32, 49}} { // gaps of 2
+		add(w, span[0], span[1], Group{Vital: "kmem", Pid: 84, Comm: "hoarder", Exe: "/bin/hoarder", KStack: stackSock, UStack: stackSpin, Weight: 1280, Events: 1280, Samples: 1})
+	}
+	for i := 10; i < 50; i += 4 { // gaps of 3
+		add(w, i, i, Group{Vital: "kmem", Pid: 85, Comm: "sparse", Exe: "/bin/sparse", KStack: stackSock, Weight: 1280, Events: 1280, Samples: 1})
+	}
+	got := run(t, filterNamed(t, "memory-leak"), w)
+	if len(got) != 1 || got[0].Subject != "pid 84 (hoarder)" || got[0].First != 10 || got[0].Last != 49 {
+		t.Fatalf("findings %+v, want pid 84 over intervals 10-49", got)
+	}
+	// A store without the reading: the runs stop at the gaps.
+	w.KernelFirstKB, w.KernelLastKB, w.profiles = nans(60), nans(60), nil
+	if got := run(t, filterNamed(t, "memory-leak"), w); len(got) != 0 {
+		t.Fatalf("without the kernel memory in use, runs went on over unsampled intervals: %+v", got)
 	}
 }
 

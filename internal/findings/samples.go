@@ -199,27 +199,34 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 
 	// Rows of single samples, by kind: the first exit of each process per
 	// interval, fatal signals, failed block requests, and the least free
-	// memory per interval.
+	// memory and the first and last kernel memory in use per interval.
 	var fatal []string
 	for _, s := range fatalSignals {
 		fatal = append(fatal, fmt.Sprint(s))
 	}
+	kernelKB := "s.kernel_kb"
+	if !hasSampleColumn(ctx, q, "kernel_kb") {
+		kernelKB = "CAST(NULL AS UBIGINT)"
+	}
 	where := fmt.Sprintf(`s.host = %s AND e.start_ns >= %d AND e.start_ns < %d`, sqlString(w.Host), from-from%max(width, 1), to)
 	res, err = q.Query(ctx, fmt.Sprintf(`WITH x AS (SELECT %[1]s AS b, s.epoch, s.ts_ns, s.pid, s.comm, s.vital, s.syscall_nr, s.signal,
-			s.target_pid, s.handler, s.result, s.dev, s.op, s.sector, s.bytes_requested, s.bytes_completed, s.error, s.free_kb
+			s.target_pid, s.handler, s.result, s.dev, s.op, s.sector, s.bytes_requested, s.bytes_completed, s.error, s.free_kb,
+			%[4]s AS kernel_kb
 			FROM samples s JOIN epochs e ON e.host = s.host AND e.epoch = s.epoch WHERE %[2]s)
-		SELECT 'exit', b, min(epoch), min(ts_ns), pid, any_value(comm), 0, 0, '', '', 0, 0, 0, 0, NULL FROM x
+		SELECT 'exit', b, min(epoch), min(ts_ns), pid, any_value(comm), 0, 0, '', '', 0, 0, 0, 0, NULL, NULL, NULL FROM x
 			WHERE vital = 'syscall' AND syscall_nr IN (60, 231) GROUP BY b, pid
 		UNION ALL (SELECT 'signal', b, epoch, ts_ns, pid, comm, signal, coalesce(target_pid, 0), '', '', coalesce(handler, 0),
-			coalesce(result, 0), 0, 0, NULL FROM x
+			coalesce(result, 0), 0, 0, NULL, NULL, NULL FROM x
 			WHERE vital = 'signal' AND signal IN (%[3]s) AND coalesce(handler, 0) = 0 ORDER BY ts_ns LIMIT 1000)
 		UNION ALL (SELECT 'blio', b, epoch, ts_ns, pid, comm, 0, 0, coalesce(dev, ''), coalesce(op, ''), coalesce(sector, 0),
-			coalesce(bytes_requested, 0), coalesce(bytes_completed, 0), coalesce(error, 0), NULL FROM x
+			coalesce(bytes_requested, 0), coalesce(bytes_completed, 0), coalesce(error, 0), NULL, NULL, NULL FROM x
 			WHERE vital = 'blio' AND error <> 0 ORDER BY ts_ns LIMIT 1000)
-		UNION ALL SELECT 'free', b, 0, 0, 0, '', 0, 0, '', '', 0, 0, 0, 0, CAST(min(free_kb) AS DOUBLE) FROM x
-			WHERE vital IN ('kmem', 'umem') GROUP BY b`, bucketExpr(width), where, strings.Join(fatal, ", ")))
+		UNION ALL SELECT 'memory', b, 0, 0, 0, '', 0, 0, '', '', 0, 0, 0, 0, CAST(min(free_kb) AS DOUBLE),
+			CAST(arg_min(kernel_kb, ts_ns) FILTER (WHERE kernel_kb IS NOT NULL) AS DOUBLE),
+			CAST(arg_max(kernel_kb, ts_ns) FILTER (WHERE kernel_kb IS NOT NULL) AS DOUBLE) FROM x
+			WHERE vital IN ('kmem', 'umem') GROUP BY b`, bucketExpr(width), where, strings.Join(fatal, ", "), kernelKB))
 	if err != nil {
-		return fmt.Errorf("load exits, signals and block requests: %w", err)
+		return fmt.Errorf("load exits, signals, block requests and memory: %w", err)
 	}
 	for _, r := range res.Rows {
 		i, ok := index[toInt(r[1])]
@@ -238,8 +245,8 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 			ref.Vital = "blio"
 			w.Unsatisfied = append(w.Unsatisfied, IORequest{SampleRef: ref, Comm: fmt.Sprint(r[5]), Dev: fmt.Sprint(r[8]), Op: fmt.Sprint(r[9]),
 				Sector: uint64(toInt(r[10])), Requested: uint64(toInt(r[11])), Completed: uint64(toInt(r[12])), Error: toInt(r[13])})
-		case "free":
-			w.FreeKB[i] = toFloat(r[14])
+		case "memory":
+			w.FreeKB[i], w.KernelFirstKB[i], w.KernelLastKB[i] = toFloat(r[14]), toFloat(r[15]), toFloat(r[16])
 		}
 	}
 	sort.Slice(w.Signals, func(a, b int) bool { return w.Signals[a].TsNs < w.Signals[b].TsNs })
@@ -428,4 +435,13 @@ func (w *Window) sumProcs() {
 		}
 		return w.Procs[a].Weight > w.Procs[b].Weight
 	})
+}
+
+// hasSampleColumn says whether the samples table has a field column (a
+// store an older holter wrote, opened read-only, may lack one). When the
+// catalog cannot be read it says yes: the query that needs the column then
+// tells what is wrong.
+func hasSampleColumn(ctx context.Context, q Querier, name string) bool {
+	res, err := q.Query(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'samples' AND column_name = `+sqlString(name))
+	return err != nil || len(res.Rows) != 1 || toInt(res.Rows[0][0]) > 0
 }

@@ -272,3 +272,67 @@ func TestLoadScalesUpOnlyTheTails(t *testing.T) {
 		t.Fatalf("rule 5: %+v, want one finding on holter_ask_peer", blocking)
 	}
 }
+
+// TestLoadReadsTheMemoryInUse: from a real store, read as the recorder's
+// API answers too, each interval's least free memory and its first and
+// last kernel memory in use, from the kmem samples that carry it (an
+// interval without one has none); the leak detector's growth runs from the
+// interval before a run's last reading to the run's last.
+func TestLoadReadsTheMemoryInUse(t *testing.T) {
+	st, err := store.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	for e := range 4 {
+		start := int64(e) * 1e9
+		ep := &store.Epoch{Host: "h", Epoch: int64(e), StartNs: start, EndNs: start + 1e9,
+			Vitals: []store.Vital{{Name: "kmem", Events: 30, WeightSum: 30}, {Name: "umem", Events: 1, WeightSum: 1}}}
+		// In the opposite order of time, and a umem sample with less free
+		// memory and no kernel memory in use.
+		for k := 2; k >= 0; k-- {
+			fields := map[string]any{"free_kb": uint64(9000 - 100*k)}
+			if e != 2 {
+				fields["kernel_kb"] = uint64(1000*(e+1) + 10*k)
+			}
+			ep.Samples = append(ep.Samples, store.Sample{TsNs: start + int64(k+1)*1e8, Vital: "kmem", LabelHash: 1, Weight: 10, EstCount: 10,
+				Pid: 5, Comm: "leaker", Exe: "/leaker", Fields: fields})
+		}
+		ep.Samples = append(ep.Samples, store.Sample{TsNs: start + 5e8, Vital: "umem", LabelHash: 2, Weight: 1, EstCount: 1,
+			Pid: 6, Comm: "toucher", Exe: "/toucher", Fields: map[string]any{"free_kb": uint64(8000)}})
+		if err := st.WriteEpoch(ctx, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, q := range map[string]Querier{"store": FromStore(st), "api": jsonQuerier{FromStore(st)}} {
+		w, err := Load(ctx, q, LoadOptions{From: time.Unix(0, 0), To: time.Unix(100, 0), CPUs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			first, last := float64(1000*(i+1)), float64(1000*(i+1)+20)
+			if i == 2 {
+				first, last = math.NaN(), math.NaN()
+			}
+			if w.FreeKB[i] != 8000 || !same(w.KernelFirstKB[i], first) || !same(w.KernelLastKB[i], last) {
+				t.Errorf("%s: interval %d: free %v, kernel memory in use %v to %v KiB; want 8000, %v to %v",
+					name, i, w.FreeKB[i], w.KernelFirstKB[i], w.KernelLastKB[i], first, last)
+			}
+		}
+		for _, c := range []struct {
+			first, last int
+			growth      float64
+			ok          bool
+		}{{0, 0, 20, true}, {1, 3, 4020 - 1020, true}, {1, 2, 2020 - 1020, true}, {2, 2, 0, false}, {2, 3, 4020 - 2020, true}} {
+			if g, ok := w.kernelGrowth(c.first, c.last); g != c.growth || ok != c.ok {
+				t.Errorf("%s: growth over %d-%d: %v, %v; want %v, %v", name, c.first, c.last, g, ok, c.growth, c.ok)
+			}
+		}
+	}
+	if !hasSampleColumn(ctx, FromStore(st), "kernel_kb") || hasSampleColumn(ctx, FromStore(st), "no_such_field") {
+		t.Error("hasSampleColumn does not tell the samples' columns")
+	}
+}
+
+func same(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }

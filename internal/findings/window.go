@@ -75,6 +75,11 @@ type Window struct {
 	// FreeKB is the least free memory seen by kmem and umem samples per
 	// interval (NaN without them).
 	FreeKB []float64
+	// KernelFirstKB and KernelLastKB are the machine's kernel memory in
+	// use that is neither page cache, user memory nor reclaimable (kmem
+	// samples' kernel_kb) as first and last read in each interval (NaN
+	// without a reading: no kmem sample, or a store older than the field).
+	KernelFirstKB, KernelLastKB []float64
 	// Unsatisfied are sampled block requests that completed fewer bytes
 	// than they asked for, or failed (Rule #3).
 	Unsatisfied []IORequest
@@ -298,7 +303,7 @@ func Load(ctx context.Context, q Querier, o LoadOptions) (*Window, error) {
 	// a change at its onset.
 	w.ReportFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].EndNs > o.ReportFrom.UnixNano() })
 	w.SampledFrom = sort.Search(n, func(i int) bool { return w.Intervals[i].StartNs >= o.SamplesFrom.UnixNano() })
-	w.KernelCPU, w.FreeKB = nans(n), nans(n)
+	w.KernelCPU, w.FreeKB, w.KernelFirstKB, w.KernelLastKB = nans(n), nans(n), nans(n), nans(n)
 	// A window of history alone (a report's stretch after the last
 	// committed epoch) has no finding to report: its samples are not read.
 	if w.SampledFrom < n && w.ReportFrom < n {
@@ -420,6 +425,36 @@ func (w *Window) ProcsOf(i int, vital string) []ProcStat {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Weight > out[b].Weight })
 	return out
+}
+
+// kernelGrowth is how far the kernel memory in use rose over intervals
+// first to last, in KiB: its highest reading in them less the last reading
+// before (the interval before's, else first's own first); false without a
+// reading in them. The highest, not the last: a leaking process's buffers
+// are freed when it exits, in the last interval of its run.
+func (w *Window) kernelGrowth(first, last int) (float64, bool) {
+	if first < 0 || last >= len(w.KernelLastKB) || last >= len(w.KernelFirstKB) {
+		return 0, false
+	}
+	from, peak := math.NaN(), math.Inf(-1)
+	if first > 0 {
+		from = w.KernelLastKB[first-1]
+	}
+	for k := first; k <= last; k++ {
+		for _, v := range []float64{w.KernelFirstKB[k], w.KernelLastKB[k]} {
+			if math.IsNaN(v) {
+				continue
+			}
+			if math.IsNaN(from) {
+				from = v
+			}
+			peak = math.Max(peak, v)
+		}
+	}
+	if math.IsInf(peak, -1) {
+		return 0, false
+	}
+	return peak - from, true
 }
 
 func nans(n int) []float64 {
@@ -556,6 +591,8 @@ func Concat(ws ...*Window) *Window {
 		}
 		out.KernelCPU = append(out.KernelCPU, w.KernelCPU...)
 		out.FreeKB = append(out.FreeKB, w.FreeKB...)
+		out.KernelFirstKB = append(out.KernelFirstKB, w.KernelFirstKB...)
+		out.KernelLastKB = append(out.KernelLastKB, w.KernelLastKB...)
 		out.Groups = appendShifted(out.Groups, w.Groups, func(g *Group) { g.Interval += off })
 		out.Procs = appendShifted(out.Procs, w.Procs, func(p *ProcStat) { p.Interval += off })
 		out.Unsatisfied = appendShifted(out.Unsatisfied, w.Unsatisfied, func(r *IORequest) { r.Interval += off })

@@ -8,7 +8,6 @@ import (
 	"github.com/holter-dev/holter/internal/findings"
 	"hash/fnv"
 	"net/netip"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -271,7 +270,11 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		Fields:    sampleFields(v, &s),
 	}
 	if v == Kmem || v == Umem {
-		out.Fields["free_kb"] = r.memFree.kb()
+		mem := r.meminfo.get()
+		out.Fields["free_kb"] = mem.free
+		if v == Kmem && mem.kernel > 0 {
+			out.Fields["kernel_kb"] = mem.kernel
+		}
 	}
 	if nk > 0 && kst == nil {
 		st := r.kernelStack(untilLoop(s.Stack[:nk]))
@@ -632,29 +635,4 @@ func peerAddress(family, a, b uint64) string {
 		return netip.AddrFrom16(ip).Unmap().String()
 	}
 	return ""
-}
-
-// memFree reads MemFree from /proc/meminfo at most once per pollInterval:
-// the free memory the kmem and umem samples carry.
-type memFree struct {
-	at    time.Time
-	value uint64
-}
-
-func (m *memFree) kb() uint64 {
-	if time.Since(m.at) < pollInterval {
-		return m.value
-	}
-	m.at = time.Now()
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return m.value
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemFree:"); ok {
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &m.value)
-			break
-		}
-	}
-	return m.value
 }

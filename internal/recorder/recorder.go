@@ -193,7 +193,7 @@ type Recorder struct {
 	kernel   *symbol.Kernel
 	procs    *symbol.Resolver
 	ncpu     int
-	memFree  memFree
+	meminfo  meminfo
 
 	// ctlMu guards what the control block is made of: the attached vitals,
 	// the generation, the seeds and the boosts. Run and SetEnabled both change it.

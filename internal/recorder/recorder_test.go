@@ -95,7 +95,7 @@ func TestVitalsAttributeWorkloads(t *testing.T) {
 		"signal":  `count(*) FILTER (WHERE signal = 10 AND target_pid > 0 AND handler > 1)`, // SIGUSR1, a handler
 		"sock":    `count(*) FILTER (WHERE direction = 'send' AND protocol = 'tcp' AND peer = '127.0.0.1' AND bytes > 0)`,
 		"umem":    `count(*) FILTER (WHERE address > 0 AND ip > 0 AND free_kb > 0)`,
-		"kmem":    `count(*) FILTER (WHERE alloc_order >= 0 AND free_kb > 0)`,
+		"kmem":    `count(*) FILTER (WHERE alloc_order >= 0 AND free_kb > 0 AND kernel_kb > 0)`,
 		"lock":    `count(*) FILTER (WHERE lock_addr > 0 AND delay_ns > 0)`,
 	}
 	for vital, agg := range fieldChecks {

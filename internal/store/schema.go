@@ -124,6 +124,7 @@ var SampleFields = []Column{
 	{"peer_port", "INTEGER", "sock: peer port"},
 	{"local_port", "INTEGER", "sock: local port"},
 	{"bytes", "UBIGINT", "sock: bytes moved"},
+	{"kernel_kb", "UBIGINT", "kmem: kernel memory in use, not page cache, user memory or reclaimable, when the sample was read"},
 }
 
 // fieldColumnDDL adds every field column a store lacks.
