@@ -52,6 +52,11 @@ const (
 	OnlineTarget         = 10
 	OnlineReferenceSpans = 3
 	OnlineClosing        = time.Minute
+	// OnlineClosingLimit bounds the analysis of the last epochs when
+	// the recorder stops: a service manager's stop, or a Ctrl-C, waits
+	// for it (22 s on a loaded host, unbounded); what it leaves is
+	// evaluated by the reports over it, as any range not judged.
+	OnlineClosingLimit = 5 * time.Second
 )
 
 // Online is the recorder's online analysis of what it commits.
@@ -153,8 +158,12 @@ func (o *Online) run() {
 			from := es[len(es)-1].EndNs - OnlineClosing.Nanoseconds()
 			es = es[min(len(es)-1, sort.Search(len(es), func(i int) bool { return es[i].StartNs >= from })):]
 		}
-		if len(es) > 0 {
-			o.analyse(es)
+		if len(es) > 0 && stopping {
+			ctx, cancel := context.WithTimeout(context.Background(), OnlineClosingLimit)
+			o.analyse(ctx, es, true)
+			cancel()
+		} else if len(es) > 0 {
+			o.analyse(context.Background(), es, false)
 		}
 		if stopping {
 			return
@@ -167,11 +176,15 @@ func (o *Online) run() {
 // moment, on a busy host) are put back, once, to be judged with the next
 // ones: a range left unanalysed is evaluated again by every report over
 // it. If they fail again they are left out, and the epochs that came
-// after them are put back to be judged on their own.
-func (o *Online) analyse(es []*store.Epoch) {
-	ctx := context.Background()
+// after them are put back to be judged on their own. The last analysis,
+// when the recorder stops, puts nothing back: what it could not judge
+// (within OnlineClosingLimit) is left to the reports.
+func (o *Online) analyse(ctx context.Context, es []*store.Epoch, last bool) {
 	rows, err := o.filters(ctx, es)
 	switch {
+	case err != nil && last:
+		o.logf("findings after epoch %d: not judged when stopping (%v): reports over them evaluate them", es[len(es)-1].Epoch, err)
+		return
 	case err != nil && o.retried != es[0].Epoch:
 		o.retried, o.retriedN = es[0].Epoch, len(es)
 		o.putBack(es)
@@ -181,23 +194,26 @@ func (o *Online) analyse(es []*store.Epoch) {
 		o.putBack(es[o.retriedN:])
 		es = es[:o.retriedN]
 	}
-	last := es[len(es)-1]
-	fromNs, toNs := es[0].StartNs, last.EndNs
+	end := es[len(es)-1]
+	fromNs, toNs := es[0].StartNs, end.EndNs
 	if o.lastDrift == 0 {
 		o.lastDrift = fromNs
 	}
 	o.targetEpochs += len(es)
 	if err == nil {
 		var drift *findings.Finding
-		if drift, err = o.drift(ctx, last); drift != nil {
-			rows = append(rows, drift.Row(last.Host))
+		if drift, err = o.drift(ctx, end); drift != nil {
+			rows = append(rows, drift.Row(end.Host))
 		}
 	}
 	if err == nil {
-		err = o.st.AddAnalysis(ctx, last.Host, rows, int64(o.epoch/2), fromNs, toNs)
+		err = o.st.AddAnalysis(ctx, end.Host, rows, int64(o.epoch/2), fromNs, toNs)
 	}
-	if err != nil && !errors.Is(err, store.ErrUnavailable) { // a storage fault is the store's to report
-		o.logf("findings after epoch %d: %v", last.Epoch, err)
+	switch {
+	case err != nil && last:
+		o.logf("findings after epoch %d: not judged when stopping (%v): reports over them evaluate them", end.Epoch, err)
+	case err != nil && !errors.Is(err, store.ErrUnavailable): // a storage fault is the store's to report
+		o.logf("findings after epoch %d: %v", end.Epoch, err)
 	}
 }
 

@@ -287,3 +287,32 @@ func TestOnlineJudgesAgainWhatItCouldNotLoad(t *testing.T) {
 		t.Fatalf("analysed %v (%v), want 0-30 s whole", analysed, err)
 	}
 }
+
+// TestOnlineLastAnalysisIsBounded: when the recorder stops, the analysis
+// of its last epochs gives up at its deadline (OnlineClosingLimit; here
+// one already past) rather than hold the stop, stores nothing and says
+// the reports will evaluate the range.
+func TestOnlineLastAnalysisIsBounded(t *testing.T) {
+	st := busyLoopStore(t, 10, 4)
+	var said []string
+	o := NewOnline(st, time.Second, nil, func(format string, a ...any) { said = append(said, fmt.Sprintf(format, a...)) })
+	defer o.Close()
+	var es []*store.Epoch
+	for e := 0; e < 10; e++ {
+		es = append(es, &store.Epoch{Host: "h", Epoch: int64(e), StartNs: int64(e) * sec, EndNs: int64(e+1) * sec})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	o.analyse(ctx, es, true)
+	if d := time.Since(start); d > OnlineClosingLimit {
+		t.Errorf("the last analysis past its deadline took %v", d)
+	}
+	analysed, err := findings.Analysed(context.Background(), findings.FromStore(st), "h", findings.Range{StartNs: 0, EndNs: 100 * sec})
+	if err != nil || len(analysed) != 0 {
+		t.Errorf("analysed %v (%v), want nothing", analysed, err)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "not judged when stopping") || len(o.pending) != 0 {
+		t.Errorf("said %q; %d epochs put back", said, len(o.pending))
+	}
+}
