@@ -1012,11 +1012,11 @@ static __always_inline void take_ustack(void *ctx, struct task_struct *task, __u
  * never in a system call. */
 static __always_inline void take_stacks(void *ctx, struct hl_sample *s, struct task_struct *task, __u32 vital)
 {
-	if (vital_kstack(vital))
-		s->kstack_bytes = bpf_get_stack(ctx, s->stack, MAX_STACK * sizeof(__u64), 0);
 	__u64 *words;
 	__u32 sp;
 
+	if (vital_kstack(vital))
+		s->kstack_bytes = bpf_get_stack(ctx, s->stack, MAX_STACK * sizeof(__u64), 0);
 	if (!task->mm)
 		return;
 	if (vital == VITAL_UMEM) {
