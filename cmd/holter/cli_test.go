@@ -111,16 +111,18 @@ func (r *recording) waitEpochsWithin(t testing.TB, n int, d time.Duration) []int
 // TestKill9KeepsCommittedEpochs kills the recorder with SIGKILL at random
 // moments, 20 times, restarting it on the same store each time: every
 // epoch it reported committed must be there, whole, afterwards. The kills
-// are shared by two stores, each with a recorder of its own killed ten
-// times, at once: each round mostly waits (for a start, a commit, a random
-// moment), and one store's recorder is only load to the other's.
+// are shared by four stores, each with a recorder of its own killed five
+// times, side by side with each other and the other waiting tests
+// (TestMain): each round mostly waits (for a start, a commit, a random
+// moment), and one store's recorder is only load to another's.
 func TestKill9KeepsCommittedEpochs(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
-	for _, name := range []string{"a", "b"} {
+	for _, name := range []string{"a", "b", "c", "d"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			killRepeatedly(t, bin, 10)
+			killRepeatedly(t, bin, 5)
 		})
 	}
 }
@@ -282,9 +284,10 @@ func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
 // and `holter status`.
 func TestQueryAndStatus(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--online=false",
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "127.0.0.1:0", "--online=false", "--otlp-grpc", "off", "--otlp-http", "off",
 		"--budget", "off") // vitals are switched by hand below, not shed by the budget
 	defer func() { r.cmd.Process.Kill(); r.cmd.Wait() }()
 	r.waitEpochs(t, 2)

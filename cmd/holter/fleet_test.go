@@ -237,6 +237,7 @@ func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
 // every epoch recorded meanwhile arrives, exactly once, whole.
 func TestExportOutage(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	ch := testutil.StartClickHouse(t, "127.0.0.1")
 	dir := filepath.Join(t.TempDir(), "data")
