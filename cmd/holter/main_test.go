@@ -21,7 +21,9 @@ import (
 //     other processes, which the others' recorders and ClickHouse are;
 //   - runs no busy workload of its own, which would slow the others;
 //   - listens only on ports the kernel picks (127.0.0.1:0, freeAddr,
-//     ClickHouse's free ports) or none (--otlp-grpc off), never on the
-//     recorder's default OTLP ports, and keeps its stores, file systems
-//     and mounts in directories of its own.
+//     ClickHouse's free ports), in network namespaces of its own (the
+//     fleet tests' agents, each pair numbered apart), or not at all
+//     (--otlp-grpc off), never on the recorder's default OTLP ports in
+//     the root namespace, and keeps its stores, file systems and mounts
+//     in directories of its own.
 func TestMain(m *testing.M) { testutil.Main(m) }
