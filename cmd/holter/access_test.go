@@ -251,6 +251,7 @@ func (s uiSession) getCode(t *testing.T, path string) (int, []byte, string) {
 // and the two agree while one records.
 func TestStaleAgentFile(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()
 	sleep := exec.Command("sleep", "300")
