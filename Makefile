@@ -36,8 +36,11 @@ check-generated: setup
 # The whole suite. The privileged tests need root; with CI=true they fail
 # rather than skip. Packages run one at a time (-p 1): several of them run a
 # whole-system recorder, and one's workloads would be another's noise.
-# cmd/holter's end-to-end tests take longer than 20 minutes on a loaded
-# 2-CPU machine: the timeout is per package.
+# The tests that call t.Parallel (cmd/holter's waiting tests, see its
+# TestMain) run four at a time, not GOMAXPROCS: they mostly wait, and two
+# CPUs would leave them waiting in turn. cmd/holter's end-to-end tests take
+# longer than 20 minutes on a loaded 2-CPU machine: the timeout is per
+# package.
 test: setup check-generated
 	go vet ./...
-	go test -count=1 -p 1 -timeout 60m ./...
+	go test -count=1 -p 1 -parallel 4 -timeout 60m ./...

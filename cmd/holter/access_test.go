@@ -107,6 +107,7 @@ func mode(t *testing.T, path string) (os.FileMode, uint32) {
 // ui` over the recording keeps the same token.
 func TestAccessEndToEnd(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	top, bin := testutil.NobodysCopy(t, testutil.BuildHolter(t))
 	dir := filepath.Join(top, "data")
 	const adminGID, readerGID = 64711, 64712
@@ -250,6 +251,7 @@ func (s uiSession) getCode(t *testing.T, path string) (int, []byte, string) {
 // and the two agree while one records.
 func TestStaleAgentFile(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()
 	sleep := exec.Command("sleep", "300")

@@ -69,14 +69,38 @@ func TestAnalysisBadInput(t *testing.T) {
 	}
 }
 
-// TestFindingsAndDiffOnARealRecording records with 1 s epochs while a
-// workload idles, then starts fdatasync'd O_DIRECT writes: an incident
-// names the workload (as its culprit, blocked on the disk, or as the
-// process held from a CPU when the machine is loaded), and holter diff
-// between the two halves ranks a block I/O metric among the top five.
-func TestFindingsAndDiffOnARealRecording(t *testing.T) {
+// TestDirectWritesOnARealRecording records with 1 s epochs the machine's
+// usual background for about 25 s, then a workload's fdatasync'd O_DIRECT
+// writes for 20 s, and asks two things of that one recording (each
+// recording is a minute of the suite's time): the recorder's online
+// analysis found the writes a drift from what came before
+// (onlineDriftOverWrites), and holter findings and holter diff name them
+// (findingsAndDiffOverWrites).
+func TestDirectWritesOnARealRecording(t *testing.T) {
 	testutil.RequireRoot(t)
-	bin, dir, _, before, after := recordDirectWrite(t, 12, 8)
+	bin, dir, r, began, ended := recordDirectWrite(t, 25, 20)
+	// The recorder analyses every onlineEvery's worth of epochs, after
+	// they are committed: the check whose target holds the end of the
+	// workload may come that much later, and more on a loaded machine.
+	// Until its epochs are in, the test waits without starting processes:
+	// each holter it runs faults in pages, allocates and talks to the
+	// recorder, and that would be recorded in the same epochs as the
+	// workload.
+	r.waitNewEpochs(t, int((incident.OnlineEvery+incident.OnlineTarget*time.Second)/time.Second)+2)
+	t.Run("online drift", func(t *testing.T) { onlineDriftOverWrites(t, bin, dir, r, began, ended) })
+	t.Run("findings and diff", func(t *testing.T) { findingsAndDiffOverWrites(t, bin, dir, began, ended) })
+	if t.Failed() {
+		t.Logf("recorder log:\n%s", r.log)
+	}
+}
+
+// findingsAndDiffOverWrites: over the writes, an incident names the
+// workload (as its culprit, blocked on the disk, or as the process held
+// from a CPU when the machine is loaded), and holter diff between their
+// first 8 s and the 10 s before ranks a block I/O metric among the top
+// five. (Not all 20 s of them: the longer the target, the more of a shared
+// machine's other work it holds against the reference.)
+func findingsAndDiffOverWrites(t *testing.T, bin, dir string, before, after time.Time) {
 	waitRecorded(t, bin, dir, after)
 	rng := func(a, b time.Time) string {
 		return a.UTC().Format(time.RFC3339Nano) + "/" + b.UTC().Format(time.RFC3339Nano)
@@ -116,7 +140,7 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 		t.Errorf("rule 1 not reported unevaluable: %+v", fs.Unevaluated)
 	}
 
-	out3, errOut, code := runHolter(t, bin, "diff", "--data", dir, "--target", rng(before, after),
+	out3, errOut, code := runHolter(t, bin, "diff", "--data", dir, "--target", rng(before, before.Add(8*time.Second)),
 		"--reference", rng(before.Add(-10*time.Second), before), "--json")
 	if code != 0 {
 		t.Fatalf("diff: exit %d %s", code, errOut)
@@ -151,9 +175,6 @@ func TestFindingsAndDiffOnARealRecording(t *testing.T) {
 	}
 }
 
-// directWrite runs the direct_write workload for the given seconds on a
-// disk (/var/tmp here; t.TempDir may be a tmpfs without block I/O) and
-// returns when it began and ended.
 // recordDirectWrite records with 1 s epochs and the budget off (a vital
 // shed on a loaded machine would hide the workload the analysis must
 // name), lets quiet epochs commit one by one, then runs the direct_write
@@ -170,6 +191,9 @@ func recordDirectWrite(t *testing.T, quiet, seconds int) (bin, dir string, r *re
 	return bin, dir, r, began, ended
 }
 
+// directWrite runs the direct_write workload for the given seconds on a
+// disk (testutil.BlockDir: t.TempDir may be a tmpfs without block I/O) and
+// returns when it began and ended.
 func directWrite(t *testing.T, work string, seconds int) (began, ended time.Time) {
 	t.Helper()
 	began = time.Now()
@@ -405,15 +429,11 @@ func TestRule10ExitAndKillOnARealRecording(t *testing.T) {
 	}
 }
 
-// TestOnlineDriftOnARealRecording: the recorder's own analysis, while it
-// records with 1 s epochs, checks each recent stretch against the ones
-// before it. After about 25 s of the machine's usual background a workload
-// starts fdatasync'd O_DIRECT writes for 20 s: a reference-drift finding
-// over the workload appears in holter findings, stored by the recorder,
-// with a block I/O metric among its top five.
-func TestOnlineDriftOnARealRecording(t *testing.T) {
-	testutil.RequireRoot(t)
-	bin, dir, r, began, ended := recordDirectWrite(t, 25, 20)
+// onlineDriftOverWrites: the recorder's own analysis, while it records
+// with 1 s epochs, checks each recent stretch against the ones before it:
+// a reference-drift finding over the writes appears in holter findings,
+// stored by the recorder, with a block I/O metric among its top five.
+func onlineDriftOverWrites(t *testing.T, bin, dir string, r *recording, began, ended time.Time) {
 	type finding = reportFinding
 	// The workload's block I/O must be among the metrics that differ most
 	// in some drift over it: in its evidence (the top five), with a score
@@ -441,14 +461,6 @@ func TestOnlineDriftOnARealRecording(t *testing.T) {
 	}
 	var drift []finding
 	io := false
-	// The recorder analyses every onlineEvery's worth of epochs, after
-	// they are committed: the check whose target holds the end of the
-	// workload may come that much later, and more on a loaded machine.
-	// Until its epochs are in, the test waits without starting processes:
-	// each holter it runs faults in pages, allocates and talks to the
-	// recorder, and that would be recorded in the same epochs as the
-	// workload.
-	r.waitNewEpochs(t, int((incident.OnlineEvery+incident.OnlineTarget*time.Second)/time.Second)+2)
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && !io; time.Sleep(2 * time.Second) {
 		out, errOut, code := runHolter(t, bin, "findings", "--data", dir, "--since", "5m", "--json")
 		if code != 0 {

@@ -52,8 +52,10 @@ func startFleetAgent(t testing.TB, bin string, ns *testutil.Netns, name, chURL s
 	}
 	a.rec = startRecordCmd(t, ns.Command(bin, args...))
 	t.Cleanup(func() { a.stop() })
-	// Each host's own work: a busy loop in its namespace.
-	a.workload = ns.Command("sh", "-c", "while :; do :; done")
+	// Each host's own work, in its namespace: a loop that runs a few
+	// milliseconds at a time, not a busy one, since the fleet tests run
+	// beside the other waiting tests (TestMain).
+	a.workload = ns.Command("sh", "-c", "while :; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; sleep 0.02; done")
 	if err := a.workload.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +173,7 @@ func compareHost(t *testing.T, bin, chURL, host, data string, before int64) {
 // fleet's per-host, per-epoch numbers match each host's own store.
 func TestFleetExport(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	ch, a, b := startExportingPair(t, bin, "holter-f", 41, "fleet", 3)
 	shippedA := a.waitShipped(t, 2, 60*time.Second)
@@ -237,6 +240,7 @@ func loopbackAgent(t *testing.T, r *recording, dir, name string) *fleetAgent {
 // every epoch recorded meanwhile arrives, exactly once, whole.
 func TestExportOutage(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	ch := testutil.StartClickHouse(t, "127.0.0.1")
 	dir := filepath.Join(t.TempDir(), "data")
@@ -336,6 +340,7 @@ type traceLine struct {
 // equal what one host (holter trace --local, run beside) computes.
 func TestFleetTrace(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	nsA := testutil.NewNetns(t, "holter-ta", 43)
 	nsB := testutil.NewNetns(t, "holter-tb", 44)

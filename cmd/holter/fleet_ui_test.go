@@ -54,6 +54,7 @@ func apiGet(t *testing.T, s uiSession, path string, q url.Values) any {
 // offers both hosts and a vital's chart overlays one line per host.
 func TestFleetUI(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	began := time.Now()
 	nsA := testutil.NewNetns(t, "holter-ua", 51)

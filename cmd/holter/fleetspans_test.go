@@ -141,6 +141,7 @@ func pathSpans(p *requests.Path) []string {
 // the Request traces tab draw the cross-host waterfall.
 func TestFleetSpans(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	ch, a, b := startExportingPair(t, bin, "holter-s", 61, "span", 1)
 

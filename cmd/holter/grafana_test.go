@@ -52,6 +52,7 @@ func readDashboard(t *testing.T, name string) dashboard {
 // $__timeFilter macro given all time), the per-host CPU one with rows.
 func TestGrafanaDashboards(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	promtool := testutil.RequireTool(t, "promtool")
 	prom := readDashboard(t, "holter-prometheus.json")
 	fleet := readDashboard(t, "holter-clickhouse.json")

@@ -91,6 +91,7 @@ func containsRune(set, s string) bool {
 // reach: the format is checked by checkChromeTrace.)
 func TestPerfettoExports(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	testutil.RequireTool(t, "curl")
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()

@@ -80,9 +80,11 @@ func TestQueryTimeoutFlag(t *testing.T) {
 // recorder stopped: no number passes through a float on the way.
 func TestQueryExactThroughRecorder(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	dir := t.TempDir()
-	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu,syscall", "--online=false")
+	r := startRecord(t, bin, "--data", dir, "--epoch", "1s", "--api", "", "--vitals", "cpu,syscall", "--online=false",
+		"--otlp-grpc", "off", "--otlp-http", "off")
 	r.waitEpochs(t, 2)
 	const q = `SELECT e.epoch, e.start_ns, e.end_ns, sum(v.weight_sum) AS weight, sum(v.events) AS events,
 		e.start_ns::HUGEINT * 1000 AS big, 18446744073709551615::UBIGINT AS u

@@ -174,6 +174,7 @@ func startSmallRecorder(t *testing.T, bin, data string) (r *recording, otlpAddr 
 // held epochs (none missing) and every span it acknowledged is stored.
 func TestRecorderRidesOutStorageFaults(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	cases := []struct {
 		name  string
@@ -315,6 +316,7 @@ func missingEpochs(t *testing.T, s *store.Store, first, last int64) []int64 {
 // is gone.
 func TestRecorderReportsDeletedDataDir(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	data := filepath.Join(t.TempDir(), "data")
 	r, otlpAddr, api := startSmallRecorder(t, bin, data)

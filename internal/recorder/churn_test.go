@@ -37,8 +37,10 @@ func TestChurnKeepsLabels(t *testing.T) {
 	var samples []sample
 	bounds := map[int64][2]int64{}
 	// The cap on samples per epoch (off here) would drop the first events of
-	// the new labels this test counts.
-	rec, stop := startRecorder(t, Config{Epoch: 12 * time.Second, Budget: -1, Vitals: []Vital{Syscall, Umem, Kmem}},
+	// the new labels this test counts. Epochs of 5 s: each phase must fall
+	// in one (the one run lingers 1 s, the 200 took 0.2-1.3 s on a loaded
+	// machine), and the test waits out two of them.
+	rec, stop := startRecorder(t, Config{Epoch: 5 * time.Second, Budget: -1, Vitals: []Vital{Syscall, Umem, Kmem}},
 		func(e *store.Epoch) error {
 			stacks := map[uint64]store.Stack{}
 			for _, st := range e.Stacks {

@@ -460,7 +460,9 @@ func TestBudgetLeavesOutTheProcessOtherWork(t *testing.T) {
 // TestUnavailableStoreHoldsEpochs: epochs the store cannot take for now
 // (store.ErrUnavailable) are held and given again, in order, once it takes
 // them: none is missing. Beyond the held bounds the oldest are dropped,
-// and counted with their vitals' events and samples.
+// and counted with their vitals' events and samples. The two cases, each
+// a recorder of its own with its own sink, wait out their epochs at once:
+// neither counts anything of the other's.
 func TestUnavailableStoreHoldsEpochs(t *testing.T) {
 	testutil.RequireRoot(t)
 	for _, c := range []struct {
@@ -468,6 +470,7 @@ func TestUnavailableStoreHoldsEpochs(t *testing.T) {
 		hold int
 	}{{"within the bounds", 0}, {"beyond them", 2}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			rec, err := New(Config{Epoch: time.Second, Vitals: []Vital{CPU}, Logf: t.Logf, HoldEpochs: c.hold})
 			if err != nil {
 				t.Fatal(err)

@@ -36,5 +36,13 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
+// CloseIdleConnections closes the idle connections of the transport
+// beneath (testutil.ClickHouse.Stop asks).
+func (b bearer) CloseIdleConnections() {
+	if tr, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		tr.CloseIdleConnections()
+	}
+}
+
 // plainClient sends only what a test gives it.
 var plainClient = &http.Client{Transport: &http.Transport{}}

@@ -24,7 +24,7 @@ type ClickHouse struct {
 }
 
 // StartClickHouse starts a server listening on the given addresses (at
-// least one; e.g. 127.0.0.1 and a veth's address) on free ports, and stops
+// least one; e.g. 127.0.0.1 and a veth's address) on free ports, and kills
 // it when the test ends.
 func StartClickHouse(t testing.TB, listen ...string) *ClickHouse {
 	t.Helper()
@@ -72,7 +72,7 @@ func StartClickHouse(t testing.TB, listen ...string) *ClickHouse {
 		}
 	}
 	ch.Start()
-	t.Cleanup(ch.Stop)
+	t.Cleanup(ch.kill)
 	return ch
 }
 
@@ -106,10 +106,15 @@ func (c *ClickHouse) Start() {
 	c.t.Fatalf("clickhouse-server did not answer at %s within 30s:\n%s", c.URL, log)
 }
 
-// Stop stops the server (SIGTERM, then SIGKILL) and waits for it.
+// Stop stops the server (SIGTERM, then SIGKILL) and waits for it. The
+// server waits for its clients' idle keep-alive connections to close
+// (10 s, its keep_alive_timeout): this process's own are closed first.
 func (c *ClickHouse) Stop() {
 	if c.cmd == nil || c.cmd.Process == nil {
 		return
+	}
+	if tr, ok := http.DefaultTransport.(interface{ CloseIdleConnections() }); ok {
+		tr.CloseIdleConnections()
 	}
 	c.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
@@ -120,6 +125,18 @@ func (c *ClickHouse) Stop() {
 		c.cmd.Process.Kill()
 		<-done
 	}
+	c.cmd = nil
+}
+
+// kill ends the server at once, when the test is done with it and its
+// data: stopped, it would wait for the idle keep-alive connections of
+// clients in other processes too (a recorder exporting to it).
+func (c *ClickHouse) kill() {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return
+	}
+	syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	c.cmd.Wait()
 	c.cmd = nil
 }
 
