@@ -67,7 +67,7 @@ type Resolver struct {
 	// symbolized without opening it, while the ELF cache still holds its
 	// table. A file rewritten in place, which keeps its inode, keeps its
 	// old symbols until it leaves the cache.
-	files *lru[fileKey, string]
+	files *lru[fileKey, fileEntry]
 	// images are, per executable, the last process of it resolved while it
 	// existed, with its layout (ResolveImage).
 	images *lru[imageKey, *image]
@@ -88,6 +88,17 @@ type fileKey struct {
 	ino     uint64
 	name    string
 	deleted bool
+}
+
+// fileEntry is what was read of a mapped file: its ELF cache key ("" when
+// it has no usable symbols) and the file's modification time and size
+// then. /proc/PID/maps names a file by device and inode, which a file
+// rewritten in place keeps (a program rebuilt at its path, a binary
+// copied over another): with its modification time or size changed it is
+// read again.
+type fileEntry struct {
+	key         string
+	mtime, size int64
 }
 
 type imageKey struct{ dev, ino uint64 }
@@ -136,7 +147,7 @@ func NewResolver(procRoot string) *Resolver {
 		procs:          newLRU[uint32, *process](maxProcesses),
 		gone:           newLRU[uint32, time.Time](maxProcesses),
 		elfs:           newLRU[string, *elfEntry](maxELFFiles),
-		files:          newLRU[fileKey, string](maxELFFiles),
+		files:          newLRU[fileKey, fileEntry](maxELFFiles),
 		images:         newLRU[imageKey, *image](maxImages),
 		code:           newLRU[codeSite, []byte](maxCodeSites),
 	}
@@ -507,8 +518,13 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 		m.loaded = true
 		fk := fileKey{m.dev, m.inode, m.name, m.deleted}
 		r.mu.Lock()
-		key, known := r.files.get(fk)
+		entry, known := r.files.get(fk)
 		r.mu.Unlock()
+		mtime, size, stamped := r.fileStamp(p.pid, m)
+		if known && stamped && (entry.mtime != mtime || entry.size != size) {
+			known = false // rewritten in place since it was read
+		}
+		key := entry.key
 		switch {
 		case known && key == "":
 			// A file without usable symbols just stays unresolved.
@@ -528,7 +544,7 @@ func (r *Resolver) resolveIn(p *process, m *mapping, addr uint64) Frame {
 			// only what was read is remembered for every process.
 			if !errors.Is(err, errUnopened) {
 				r.mu.Lock()
-				r.files.add(fk, m.key)
+				r.files.add(fk, fileEntry{m.key, mtime, size})
 				r.mu.Unlock()
 			}
 		}
@@ -625,6 +641,17 @@ func (r *Resolver) trimELFs(keep string) {
 // openMapped opens the file behind m. It prefers /proc/PID/map_files (exactly the mapped file, even
 // if deleted or in another mount namespace), then the path inside the process's root, then the plain
 // path as seen by this process.
+// fileStamp is the modification time and size of the file behind m in
+// process pid, through its map_files link; false when it cannot be read
+// (the process gone), and the cache is then trusted as it is.
+func (r *Resolver) fileStamp(pid uint32, m *mapping) (mtime, size int64, ok bool) {
+	fi, err := os.Stat(filepath.Join(r.pidDir(pid), "map_files", fmt.Sprintf("%x-%x", m.start, m.end)))
+	if err != nil {
+		return 0, 0, false
+	}
+	return fi.ModTime().UnixNano(), fi.Size(), true
+}
+
 func (r *Resolver) openMapped(pid uint32, m *mapping) (*os.File, error) {
 	dir := r.pidDir(pid)
 	if f, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.start, m.end))); err == nil {

@@ -815,3 +815,35 @@ func TestResolveImageAfterExit(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveBinaryRewrittenInPlace: a program rebuilt or copied over at
+// its path keeps its device and inode, which is all /proc/PID/maps names
+// it by; the next process running it is resolved by its own symbols, not
+// the cached ones of the program that was there before.
+func TestResolveBinaryRewrittenInPlace(t *testing.T) {
+	first := buildC(t, "pie", "-fPIE", "-pie")
+	src := filepath.Join(buildDir, "renamed.c")
+	if err := os.WriteFile(src, []byte(strings.ReplaceAll(cProgram, "holter_symbol_test_spin", "holter_symbol_test_other")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := filepath.Join(buildDir, "c-renamed")
+	if out, err := exec.Command("gcc", "-O1", "-fPIE", "-pie", "-o", second, src, "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	bin := filepath.Join(buildDir, "c-rewritten")
+	r := NewResolver("/proc")
+	for _, c := range []struct{ from, want string }{{first, "holter_symbol_test_spin"}, {second, "holter_symbol_test_other"}} {
+		data, err := os.ReadFile(c.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil { // the same inode, truncated and written
+			t.Fatal(err)
+		}
+		p := start(t, bin)
+		if f := r.Resolve(p.pid, []uint64{p.addrs[0] + 7})[0]; f.Func != c.want {
+			t.Errorf("%s copied over %s: frame %+v, want %s", filepath.Base(c.from), bin, f, c.want)
+		}
+		p.stop()
+	}
+}
