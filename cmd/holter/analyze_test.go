@@ -90,7 +90,7 @@ func TestDirectWritesOnARealRecording(t *testing.T) {
 	t.Run("online drift", func(t *testing.T) { onlineDriftOverWrites(t, bin, dir, r, began, ended) })
 	t.Run("findings and diff", func(t *testing.T) { findingsAndDiffOverWrites(t, bin, dir, began, ended) })
 	if t.Failed() {
-		t.Logf("recorder log:\n%s", r.log)
+		t.Logf("recorder log (epoch lines but the last left out):\n%s", r.brief())
 	}
 }
 
@@ -114,6 +114,7 @@ func findingsAndDiffOverWrites(t *testing.T, bin, dir string, before, after time
 			Rank      int
 			Summary   string
 			Processes []struct{ Comm string }
+			Findings  []struct{ Rule, Subject string }
 		}
 		Unevaluated []struct{ Rule, Reason string }
 	}
@@ -130,7 +131,11 @@ func findingsAndDiffOverWrites(t *testing.T, bin, dir string, before, after time
 		}
 	}
 	if !named {
-		t.Errorf("no incident names direct_write:\n%s", out2)
+		var got []string
+		for _, in := range fs.Incidents {
+			got = append(got, fmt.Sprintf("incident %d: %s; processes %v; findings %v", in.Rank, in.Summary, in.Processes, in.Findings))
+		}
+		t.Errorf("no incident names direct_write among %d:\n%s", len(fs.Incidents), strings.Join(got, "\n"))
 	}
 	l2 := false
 	for _, u := range fs.Unevaluated {

@@ -83,6 +83,20 @@ func startRecordCmd(t testing.TB, cmd *exec.Cmd) *recording {
 	return r
 }
 
+// brief is the recorder's log without its routine epoch lines but the
+// last few: what a failing test prints before its own messages' end, so
+// a CI log cut to its tail still shows why the test failed.
+func (r *recording) brief() string {
+	lines := strings.Split(strings.TrimRight(r.log.String(), "\n"), "\n")
+	var out []string
+	for i, l := range lines {
+		if i >= len(lines)-3 || !committedLine.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // waitEpochs waits until n epochs have been committed.
 func (r *recording) waitEpochs(t testing.TB, n int) []int64 {
 	t.Helper()
