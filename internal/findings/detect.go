@@ -89,9 +89,13 @@ func busyLoopNoPMU(w *Window, l Levels) []Finding {
 // return an error, many times a second, and its time goes into them rather
 // than into work of its own in user space (a compiler probing paths that
 // are not there fails as often, between its real work, and not for long).
-// Errors that mean "not yet" (notYet) are not failures. Severity: the
-// share of its calls that fail, the part of its threads' time spent
-// getting nowhere.
+// Errors that mean "not yet" (notYet) are not failures. Severity: how
+// hard it retries, its failed calls a second on a log scale from
+// FailedCalls (0) to FailedSevere (1). Not the share of its calls that
+// fail: under the storage cap failed calls are sampled from a floor of
+// their own and a process's other calls, each light, may keep no sample,
+// so the share over what was kept reads 100 % for a server that fails a
+// stat at each request while it mostly waits for the next one.
 func failingSyscalls(w *Window, l Levels) []Finding {
 	type run struct {
 		first, last   int
@@ -106,13 +110,13 @@ func failingSyscalls(w *Window, l Levels) []Finding {
 			return
 		}
 		p := r.strongest
-		share := r.failed / r.calls
-		f := procFinding(w, p, share, p.Failed, ResourceSyscall, "", "syscall")
+		share, rate := r.failed/r.calls, r.failed/float64(r.last-r.first+1)
+		f := procFinding(w, p, math.Log(rate/l.FailedCalls)/math.Log(l.FailedSevere/l.FailedCalls), p.Failed, ResourceSyscall, "", "syscall")
 		f.First, f.Last = r.first, r.last
 		f.Culprit = w.culprit(pid, r.first, r.last, func(g Group) bool { return g.Failed && g.Syscall == r.top.Nr }, "syscall")
 		f.Summary = fmt.Sprintf("%s retries %s%s that fails with %s: %.0f failed calls/s for %.0f s, %.0f%% of its system calls",
 			procSubject(ProcStat{Pid: p.Pid, Comm: p.Comm}), sysname.Syscall(int64(r.top.Nr)), named(f.Culprit, "in"), sysname.Errno(r.top.Errno),
-			r.failed/float64(r.last-r.first+1), float64(r.toNs-r.fromNs)/1e9, share*100)
+			rate, float64(r.toNs-r.fromNs)/1e9, share*100)
 		f.Evidence = []Evidence{
 			{Name: "failed system calls", Value: p.Failed, Against: l.FailedCalls, Relation: ">=", Unit: "calls/s", Interval: r.last},
 			{Name: "share of its calls failing", Value: share, Against: l.FailedShare, Relation: ">=", Interval: r.last},

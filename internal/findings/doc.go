@@ -30,8 +30,13 @@
 //     machine's CPUs it demands — the CPU used and the time spent waiting
 //     for more;
 //   - a problem that makes threads wait (blocked on the disk, a network
-//     peer, a lock or memory; held from a CPU after waking; retrying a
-//     call that fails): the share of the waiting threads' time lost;
+//     peer, a lock or memory; held from a CPU after waking): the share of
+//     the waiting threads' time lost;
+//   - retrying a call that fails: how hard it retries, its failed calls a
+//     second on a log scale, 0 at Levels.FailedCalls (100/s: a server
+//     failing a stat at each request) to 1 at FailedSevere (10 000/s: a
+//     thread doing little else) — its threads' time in the loop is not
+//     known, fast calls being counted, not timed;
 //   - memory that keeps growing: the share of the free memory it would
 //     take in LeakHorizon (an hour) at its rate;
 //   - a crash or a failed block request: 1.

@@ -67,9 +67,10 @@ type Levels struct {
 	BusyIOBytes                               float64
 	// FailedCalls: failed system calls a second that make a retry loop,
 	// when at least FailedShare of the process's calls fail (a loop that
-	// sleeps between tries fails half of them) for FailedMinDuration.
-	FailedCalls, FailedShare float64
-	FailedMinDuration        time.Duration
+	// sleeps between tries fails half of them) for FailedMinDuration;
+	// FailedSevere failed calls a second make the severity 1.
+	FailedCalls, FailedShare, FailedSevere float64
+	FailedMinDuration                      time.Duration
 	// WaitMin: seconds a second a process must wait for a resource (Rule
 	// #5) or, after waking, for a CPU (Rule #7), and WaitShare the least
 	// share of its threads' time (for a CPU: of the time it wanted one)
@@ -87,7 +88,7 @@ var DefaultLevels = Levels{
 	SignalStorm: 100,
 	BusyCPU:     0.25, BusyUserShare: 0.8, BusyConcentration: 0.7, BusyFunctions: 3,
 	BusySyscallsPerCPU: 1000, BusyFaultsPerCPU: 1000, BusyIOBytes: 64 << 10,
-	FailedCalls: 100, FailedShare: 0.4, FailedMinDuration: 10 * time.Second,
+	FailedCalls: 100, FailedShare: 0.4, FailedSevere: 10000, FailedMinDuration: 10 * time.Second,
 	WaitMin: 0.1, WaitShare: 0.2,
 }
 
