@@ -86,7 +86,17 @@ func startRecordCmd(t testing.TB, cmd *exec.Cmd) *recording {
 // brief is the recorder's log without its routine epoch lines but the
 // last few: what a failing test prints before its own messages' end, so
 // a CI log cut to its tail still shows why the test failed.
+// It says whether the recorder has exited (its process a zombie not yet
+// waited for), after giving what it printed last the time to be read.
 func (r *recording) brief() string {
+	state := "running"
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid)); err != nil || strings.Contains(string(st), ") Z ") {
+		state = "exited"
+		select {
+		case <-r.done:
+		case <-time.After(3 * time.Second):
+		}
+	}
 	lines := strings.Split(strings.TrimRight(r.log.String(), "\n"), "\n")
 	var out []string
 	for i, l := range lines {
@@ -94,7 +104,7 @@ func (r *recording) brief() string {
 			out = append(out, l)
 		}
 	}
-	return strings.Join(out, "\n")
+	return strings.Join(out, "\n") + "\nthe recorder is " + state
 }
 
 // waitEpochs waits until n epochs have been committed.
