@@ -23,6 +23,7 @@ import (
 	"github.com/holter-dev/holter/internal/otlp"
 	"github.com/holter-dev/holter/internal/requests"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 )
 
 func cpuTime() time.Duration {
@@ -63,11 +64,7 @@ func request(seq, n int) *coltracepb.ExportTraceServiceRequest {
 // BenchmarkIngest sends exports of 512 spans over OTLP/gRPC from 4
 // concurrent exporters; each is acknowledged after its commit.
 func BenchmarkIngest(b *testing.B) {
-	st, err := store.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(b)
 	r, err := otlp.Listen(otlp.Options{GRPCAddr: "127.0.0.1:0", DisableHTTP: true, Host: "h", Write: st.WriteSpans})
 	if err != nil {
 		b.Fatal(err)
@@ -109,11 +106,7 @@ func BenchmarkIngest(b *testing.B) {
 // BenchmarkPath reconstructs the causal path of a request coalesced into a
 // batch, in a store holding 2000 requests.
 func BenchmarkPath(b *testing.B) {
-	st, err := store.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(b)
 	ctx := context.Background()
 	const traces = 2000
 	batch := &store.SpanBatch{}

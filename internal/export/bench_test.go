@@ -12,6 +12,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/clickhouse"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
@@ -166,11 +167,7 @@ func BenchmarkShip(b *testing.B) {
 //
 // go test -run '^$' -bench Spool -count 3 ./internal/export/
 func BenchmarkSpool(b *testing.B) {
-	st, err := store.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(b)
 	client, _ := clickhouse.New("http://127.0.0.1:1", nil) // never reached: nothing runs the exporter
 	e, err := New(Options{Client: client, Store: st, Host: "h1", SpoolDir: filepath.Join(b.TempDir(), "spool"), SpoolLimit: 1 << 40})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 	"github.com/holter-dev/holter/internal/testutil"
 )
 
@@ -17,11 +17,7 @@ var update = flag.Bool("update", false, "rewrite docs/clickhouse.md")
 // TestSchemaDoc: docs/clickhouse.md is what WriteSchemaDoc writes from the
 // store's schema and the shipped tables, so it cannot drift from them.
 func TestSchemaDoc(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	var buf bytes.Buffer
 	if err := WriteSchemaDoc(context.Background(), st, &buf); err != nil {
 		t.Fatal(err)

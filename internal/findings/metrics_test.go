@@ -11,6 +11,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 )
 
 // TestJoin: joined metric sets keep their values in the order given and do
@@ -92,16 +93,8 @@ func TestCompareTooFewEvents(t *testing.T) {
 // kernel worker issuing for it, say); everyone else uses 8:2.
 func TestMetricsOfRun(t *testing.T) {
 	ctx := context.Background()
-	full, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer full.Close()
-	own, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer own.Close()
+	full := storetest.Open(t)
+	own := storetest.Open(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	var r Range
 	for n := int64(0); n < 3; n++ {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holter-dev/holter/internal/diagnose"
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 )
 
 // writeEpochs writes n one-second epochs: a steady background of block I/O
@@ -84,11 +85,7 @@ func (j jsonQuerier) Query(ctx context.Context, sql string) (*store.Result, erro
 }
 
 func TestFindingsOnARealStore(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	writeEpochs(t, st, 12, 8)
 	t.Run("store", func(t *testing.T) { findingsOnARealStore(t, FromStore(st)) })
 	t.Run("api", func(t *testing.T) { findingsOnARealStore(t, jsonQuerier{FromStore(st)}) })
@@ -150,11 +147,7 @@ func findingsOnARealStore(t *testing.T, q Querier) {
 }
 
 func TestCompareRangesRanksTheChangedMetricFirst(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	writeEpochs(t, st, 16, 8)
 	ranked, skipped, err := CompareRanges(context.Background(), FromStore(st), "h", Range{StartNs: 8e9, EndNs: 16e9}, Range{StartNs: 0, EndNs: 8e9}, &diagnose.RankOptions{MinSamples: 5})
 	if err != nil {
@@ -189,11 +182,7 @@ func TestCompareRangesRanksTheChangedMetricFirst(t *testing.T) {
 // says otherwise; through the API as from the store; none in a range
 // without epochs.
 func TestMedianEpochLength(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	ctx := context.Background()
 	for e := range int64(7) {
 		ep := &store.Epoch{Host: "h", Epoch: e, StartNs: e * 5e9, EndNs: (e + 1) * 5e9}
@@ -227,11 +216,7 @@ func TestMedianEpochLength(t *testing.T) {
 // label kept (the represented weight a little under the total), the
 // process gets the whole exact total, as before.
 func TestLoadScalesUpOnlyTheTails(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	ctx := context.Background()
 	const epochNs, top = 5e9, 1 << 22
 	for e, total := range []uint64{300e6, 4.9e6} {
@@ -279,11 +264,7 @@ func TestLoadScalesUpOnlyTheTails(t *testing.T) {
 // interval without one has none); the leak detector's growth runs from the
 // interval before a run's last reading to the run's last.
 func TestLoadReadsTheMemoryInUse(t *testing.T) {
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	ctx := context.Background()
 	for e := range 4 {
 		start := int64(e) * 1e9

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 )
 
 // churnSamples are the samples the sketch's logarithmic sampling (t = 2)
@@ -129,11 +130,7 @@ func TestCapStoresCoarserAndCounts(t *testing.T) {
 	for _, v := range []Vital{Kmem, Syscall, Sched} {
 		e.Vitals = append(e.Vitals, store.Vital{Name: v.String(), Samples: uint64(len(offered[v])), Capped: c.dropped[v]})
 	}
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	ctx := context.Background()
 	if err := st.WriteEpoch(ctx, e); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 
 	"github.com/holter-dev/holter/internal/testutil"
 	"github.com/holter-dev/holter/internal/tracequery"
@@ -71,12 +72,8 @@ func TestTraceJoinsRecordedTables(t *testing.T) {
 	if _, err := tracequery.EnsureTraceFS(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	err = st.WriteEpoch(context.Background(), &store.Epoch{Host: "h", Epoch: 1, StartNs: 1, EndNs: 2,
+	st := storetest.Open(t)
+	err := st.WriteEpoch(context.Background(), &store.Epoch{Host: "h", Epoch: 1, StartNs: 1, EndNs: 2,
 		Vitals:  []store.Vital{{Name: "cpu", Events: 2}},
 		Samples: []store.Sample{{TsNs: 1, Vital: "cpu", Weight: 700, EstCount: 1, Comm: "srvjoin"}, {TsNs: 1, Vital: "cpu", Weight: 5, EstCount: 1, Comm: "other"}}})
 	if err != nil {
