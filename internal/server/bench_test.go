@@ -1,14 +1,13 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/holter-dev/holter/internal/store"
+	"github.com/holter-dev/holter/internal/storetest"
 )
 
 // BenchmarkDayOfRecording times the API on a store holding a day at the
@@ -19,22 +18,12 @@ import (
 //
 //	go test -run XXX -bench DayOfRecording -benchtime 20x ./internal/server/
 func BenchmarkDayOfRecording(b *testing.B) {
-	st, err := store.Open(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(b)
 	began := time.Now()
 	day := synthetic{host: "h", startNs: synthStart, epoch: time.Minute, epochs: 1440, samplesPerEpoc: 400}
 	day.write(b, st)
 	b.Logf("wrote a day (%d epochs, %d samples) in %v", day.epochs, day.epochs*day.samplesPerEpoc, time.Since(began).Round(time.Second))
-	srv, err := Listen(Options{Addr: "127.0.0.1:0", Store: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve()
-	defer srv.Shutdown(context.Background())
-	base := "http://" + srv.Addr()
+	base := startServer(b, Options{Store: st})
 	end := synthStart + int64(24*time.Hour)
 	hour := end - int64(time.Hour)
 	epoch := fmt.Sprintf("from=%d&to=%d", hour, hour+int64(time.Minute))

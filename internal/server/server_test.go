@@ -15,7 +15,7 @@ import (
 	"github.com/holter-dev/holter/internal/store"
 )
 
-func startServer(t *testing.T, opts Options) string {
+func startServer(t testing.TB, opts Options) string {
 	t.Helper()
 	if opts.Store == nil {
 		st, err := store.Open(t.TempDir(), &store.Options{ExportDir: t.TempDir()})
