@@ -173,13 +173,14 @@ type placed struct {
 }
 
 // place finds the mappings addrs lie in, for ResolveImage and CodeBefore:
-// in pid's own while it exists (its maps read again, at most once, for an
-// address not mapped when they were read, if reread), else, for a process
-// of img that is gone, in the last process of its program seen. It
-// returns the process whose mappings those are, its lock held, or nil.
-func (r *Resolver) place(pid uint32, img Image, addrs []uint64, reread bool) (*process, []placed) {
+// in pid's own while it exists (its maps read again, at most once, for one
+// of the first rereadFor addresses not mapped when they were read), else,
+// for a process of img that is gone, in the last process of its program
+// seen. It returns the process whose mappings those are, its lock held,
+// or nil.
+func (r *Resolver) place(pid uint32, img Image, addrs []uint64, rereadFor int) (*process, []placed) {
 	if p := r.process(pid); p != nil {
-		if found, ok := r.placeLive(p, addrs, reread); ok {
+		if found, ok := r.placeLive(p, addrs, rereadFor); ok {
 			if img.Ino != 0 && img.MmapBase != 0 {
 				r.remember(imageKey{img.Dev, img.Ino}, p, img)
 			}
@@ -215,7 +216,7 @@ func (r *Resolver) place(pid uint32, img Image, addrs []uint64, reread bool) (*p
 
 // placeLive is place in live process p (its lock taken and given back);
 // false when p is gone or changed.
-func (r *Resolver) placeLive(p *process, addrs []uint64, reread bool) ([]placed, bool) {
+func (r *Resolver) placeLive(p *process, addrs []uint64, rereadFor int) ([]placed, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := r.ensureLoaded(p); err != nil {
@@ -225,9 +226,9 @@ func (r *Resolver) placeLive(p *process, addrs []uint64, reread bool) ([]placed,
 	var found []placed
 	for i, a := range addrs {
 		m := findMapping(p.maps, a)
-		if m == nil && reread && plausibleUserAddr(a) && time.Since(p.lastRead) >= r.rereadInterval {
+		if m == nil && i < rereadFor && plausibleUserAddr(a) && time.Since(p.lastRead) >= r.rereadInterval {
 			// The process may have mapped something since the maps were cached.
-			reread = false
+			rereadFor = 0
 			if err := r.reload(p); err != nil {
 				r.forget(p)
 				return nil, false
@@ -266,7 +267,7 @@ func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
 	for i, a := range addrs {
 		frames[i].Addr = a
 	}
-	p, found := r.place(pid, img, addrs, true)
+	p, found := r.place(pid, img, addrs, len(addrs))
 	if p == nil {
 		return frames
 	}
@@ -294,12 +295,7 @@ func (r *Resolver) ResolveImage(pid uint32, img Image, addrs []uint64) []Frame {
 // recorder's CPU.
 func (r *Resolver) CodeBefore(pid uint32, img Image, addrs []uint64, n int) [][]byte {
 	code := make([][]byte, len(addrs))
-	if len(addrs) > 0 {
-		if p, _ := r.place(pid, img, addrs[:1], true); p != nil {
-			p.mu.Unlock()
-		}
-	}
-	p, found := r.place(pid, img, addrs, false)
+	p, found := r.place(pid, img, addrs, 1)
 	if p == nil {
 		return code
 	}
