@@ -159,7 +159,9 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 			case <-ctx.Done():
 				return
 			case <-charge.C:
-				if t.acct != nil {
+				// Before the accountant tracks a process, no span has
+				// anything to be charged.
+				if t.acct != nil && t.acct.Loaded() {
 					passes++
 					// A storage fault is the store's to report, once.
 					if _, err := requests.Pass(ctx, st, t.acct, held, time.Now().UnixNano(), passes); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnavailable) {

@@ -127,10 +127,17 @@ type Stats struct {
 // the threads of tracked processes (bpf/account.bpf.c) into the store's
 // thread_activity table.
 type Accountant struct {
-	opts   Options
-	objs   accountObjects
-	reader *ringbuf.Reader
-	kernel *symbol.Kernel
+	opts Options
+	// The programs and their maps are loaded with the first process
+	// tracked (load), not before: the ring buffer alone is 16 MiB of
+	// kernel memory, mapped into the recorder too, that a recorder which
+	// accounts nothing should not hold. loaded is closed then.
+	spec    *ebpf.CollectionSpec
+	objs    accountObjects
+	reader  *ringbuf.Reader
+	loaded  chan struct{}
+	loadErr error
+	kernel  *symbol.Kernel
 	// wakeFromQueue: account_switch reads wake-ups from the run queue's
 	// statistics, and account_wakeup is not attached.
 	wakeFromQueue bool
@@ -194,7 +201,7 @@ func New(opts Options) (*Accountant, error) {
 	if err := memlock.Raise(); err != nil {
 		return nil, err
 	}
-	a := &Accountant{opts: opts, since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
+	a := &Accountant{opts: opts, loaded: make(chan struct{}), since: map[uint32]int64{}, exited: map[uint32]int64{}, exes: map[accountFileKey]bool{},
 		named: map[[2]uint32]bool{}, held: map[[2]uint32][]heldRow{},
 		recent: map[[2]uint32]*recentThread{}, stackIDs: map[string]uint32{}, stackNames: [][]string{nil}, lastStack: map[accountSleepKind]rawStack{}}
 	var comms []string
@@ -236,24 +243,18 @@ func New(opts Options) (*Accountant, error) {
 	if err := spec.Variables["wake_from_queue"].Set(a.wakeFromQueue); err != nil {
 		return nil, fmt.Errorf("load accounting programs: %w", err)
 	}
-	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {
-		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-			return nil, fmt.Errorf("load accounting programs: %w (needs root, or CAP_BPF and CAP_PERFMON): %v", ErrPermission, err)
-		}
-		return nil, fmt.Errorf("load accounting programs: %w", err)
-	}
-	rd, err := ringbuf.NewReader(a.objs.AcctEvents)
-	if err != nil {
-		a.objs.Close()
-		return nil, fmt.Errorf("open accounting ring buffer: %w", err)
-	}
-	a.reader = rd
+	a.spec = spec
 	if a.kernel = opts.Kernel; a.kernel == nil {
 		if a.kernel, err = symbol.LoadKernel("/proc/kallsyms"); err != nil {
 			opts.Logf("kernel symbols unavailable, blocking sites keep their addresses: %v", err)
 		}
 	}
 	a.watermark = time.Now().UnixNano()
+	if len(comms)+len(exes) > 0 {
+		if err := a.load(); err != nil {
+			return nil, err
+		}
+	}
 	for _, c := range comms {
 		var key [16]byte
 		copy(key[:], c)
@@ -281,6 +282,34 @@ func New(opts Options) (*Accountant, error) {
 		}
 	}
 	return a, nil
+}
+
+// load loads the programs and opens their ring buffer, once; a.mu is held
+// or a is not shared yet. A failure is kept and returned again: the
+// programs are not verified once per span batch.
+func (a *Accountant) load() error {
+	if a.reader != nil || a.loadErr != nil {
+		return a.loadErr
+	}
+	if err := a.spec.LoadAndAssign(&a.objs, nil); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			a.loadErr = fmt.Errorf("load accounting programs: %w (needs root, or CAP_BPF and CAP_PERFMON): %v", ErrPermission, err)
+		} else {
+			a.loadErr = fmt.Errorf("load accounting programs: %w", err)
+		}
+		return a.loadErr
+	}
+	rd, err := ringbuf.NewReader(a.objs.AcctEvents)
+	if err != nil {
+		a.objs.Close()
+		a.loadErr = fmt.Errorf("open accounting ring buffer: %w", err)
+		return a.loadErr
+	}
+	a.reader = rd
+	// Every interval before now is committed: there was none.
+	a.watermark = max(a.watermark, time.Now().UnixNano())
+	close(a.loaded)
+	return nil
 }
 
 // maxRules is the size of the BPF maps of program names and executables.
@@ -347,6 +376,9 @@ func running(comms []string, exes []accountFileKey) []uint32 {
 func (a *Accountant) Track(pids ...uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.loadErr != nil {
+		return nil // said once, when the programs failed to load
+	}
 	for _, pid := range pids {
 		if _, ok := a.since[pid]; ok {
 			if _, gone := a.exited[pid]; !gone || !alive(pid) {
@@ -358,6 +390,9 @@ func (a *Accountant) Track(pids ...uint32) error {
 		if len(a.since)-len(a.exited) >= MaxTracked {
 			a.stats.Refused++
 			continue
+		}
+		if err := a.load(); err != nil {
+			return err
 		}
 		if err := a.objs.Tracked.Put(pid, uint32(1)); err != nil {
 			return fmt.Errorf("track process %d: %w", pid, err)
@@ -452,7 +487,19 @@ func (a *Accountant) Since(host string, pid uint32) (int64, bool) {
 func (a *Accountant) Watermark() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.reader == nil {
+		// Nothing tracked yet: nothing is left to write.
+		return max(a.watermark, time.Now().UnixNano())
+	}
 	return a.watermark
+}
+
+// Loaded reports whether the programs are loaded: whether any process
+// was ever tracked, or a rule set.
+func (a *Accountant) Loaded() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reader != nil
 }
 
 // Stats reports the accountant's counters.
@@ -463,6 +510,9 @@ func (a *Accountant) Stats() Stats {
 	s.Tracked = len(a.since) - len(a.exited)
 	s.Rules = a.rules
 	var per []accountAcctStats
+	if a.reader == nil {
+		return s
+	}
 	if err := a.objs.AcctCounters.Lookup(uint32(0), &per); err == nil {
 		for _, c := range per {
 			s.Records += c.Events
@@ -477,6 +527,13 @@ func (a *Accountant) Stats() Stats {
 // Run reads and commits intervals until ctx ends, then commits what is
 // left. Processes that exited stop being tracked.
 func (a *Accountant) Run(ctx context.Context) error {
+	// Nothing to read before the programs are loaded: a recorder that
+	// accounts nothing does not wake for it.
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-a.loaded:
+	}
 	tick := time.NewTicker(min(a.opts.FlushEvery, DrainEvery))
 	defer tick.Stop()
 	flushed := time.Now()
@@ -860,7 +917,11 @@ func (a *Accountant) forgetExited() {
 func (a *Accountant) Close() error {
 	a.mu.Lock()
 	a.detach()
+	loaded := a.reader != nil
 	a.mu.Unlock()
+	if !loaded {
+		return nil
+	}
 	a.reader.Close()
 	return a.objs.Close()
 }
