@@ -227,7 +227,7 @@ func (o *Online) putBack(es []*store.Epoch) {
 // filters loads each new epoch's window, joins them to the kept ones
 // before them and evaluates the filters over the new ones.
 func (o *Online) filters(ctx context.Context, es []*store.Epoch) ([]store.Finding, error) {
-	q := findings.FromStore(o.st)
+	q := store.Internal(o.st)
 	var fresh []*findings.Window
 	for _, e := range es {
 		w, err := findings.Load(ctx, q, findings.LoadOptions{Host: e.Host, From: time.Unix(0, e.StartNs), To: time.Unix(0, e.StartNs+1),
@@ -266,7 +266,7 @@ func (o *Online) drift(ctx context.Context, e *store.Epoch) (*findings.Finding, 
 		return nil, nil
 	}
 	o.lastDrift, o.targetEpochs = target.EndNs, 0
-	t, err := findings.Metrics(ctx, findings.FromStore(o.st), e.Host, target)
+	t, err := findings.Metrics(ctx, store.Internal(o.st), e.Host, target)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ const chargeable = `tid IS NOT NULL AND pid IS NOT NULL AND end_ns < %[1]d AND r
 // ended before limit; "" when there is no such span. Spans stored before
 // commit numbers existed (NULL) are looked up among all charges.
 func pendingSeq(ctx context.Context, st *store.Store, limit, since int64) (string, error) {
-	r, err := st.Query(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE commit_seq IS NULL), coalesce(min(commit_seq), 0)
+	r, err := store.Internal(st).Query(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE commit_seq IS NULL), coalesce(min(commit_seq), 0)
 		FROM spans WHERE `+chargeable, limit, since))
 	if err != nil {
 		return "", err
@@ -99,7 +99,7 @@ func accountStored(ctx context.Context, st *store.Store, tr Tracker, limit, sinc
 	if err != nil || seq == "" {
 		return 0, err
 	}
-	pending, err := st.Query(ctx, fmt.Sprintf(pendingSpans, limit, since, seq))
+	pending, err := store.Internal(st).Query(ctx, fmt.Sprintf(pendingSpans, limit, since, seq))
 	if err != nil {
 		return 0, fmt.Errorf("account spans: %w", err)
 	}
