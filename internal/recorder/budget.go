@@ -174,6 +174,11 @@ func (r *Recorder) govern(now time.Time) {
 		}
 		cost[v] = c / capacity
 	}
+	var total float64
+	for _, c := range cost {
+		total += c
+	}
+	r.clock.pace(total < r.cfg.Budget/4)
 	perSec := func(n uint64) float64 { return float64(n) / wall.Seconds() }
 	var samplesPerSec, sketchedPerSec [numVitals]float64
 	for v := range r.attached {

@@ -179,6 +179,16 @@ type Status struct {
 // often the recorder wakes; the 4 MiB ring holds ~3800 samples.
 const pollInterval = 100 * time.Millisecond
 
+// quietPollInterval is how often it is read while the last read found
+// fewer than quietPollRecords samples, no window of the kernel's
+// statistics is open and the programs cost little (runClock.quiet): an
+// idle host's recorder wakes four times a second, not ten. The budget's
+// looks (governPeriod) come as often.
+const (
+	quietPollInterval = governPeriod
+	quietPollRecords  = 256
+)
+
 // loopNice is the nice value of the epoch loop's thread (root only; it
 // stays at the process's otherwise): -10 weighs nine times a thread at 0.
 const loopNice = -10
@@ -540,13 +550,17 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 	// store falls that far behind, reading waits for it.
 	c := r.startCommitter(sink)
 	ep := r.newEpoch(0, r.cfg.FirstEpoch, time.Now())
+	// prev is the epoch closed last, while it takes its late samples
+	// (lateGrace); then it is committed.
+	var prev *epochState
 	var rec ringbuf.Record
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	empty := true
+	interval := pollInterval
 	for {
 		boundary := ep.start.Add(r.cfg.Epoch)
-		deadline := time.Now().Add(pollInterval)
+		deadline := time.Now().Add(interval)
 		if boundary.Before(deadline) {
 			deadline = boundary
 		}
@@ -566,10 +580,12 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 		}
 		r.reader.SetDeadline(time.Now()) // read what is there, without waiting
 		empty = false
+		read := 0
 		for n := 1; ; n++ {
 			err := r.reader.ReadInto(&rec)
 			if err == nil {
-				r.consume(ep, rec.RawSample)
+				read++
+				r.consume(epochOf(ep, prev, rec.RawSample), rec.RawSample)
 				// A storm can fill the ring as fast as it is read: stop at
 				// the deadline all the same, so the budget looks and the
 				// epoch is closed on time.
@@ -584,21 +600,32 @@ func (r *Recorder) Run(ctx context.Context, sink func(*store.Epoch) error) error
 			}
 			return errors.Join(fmt.Errorf("read samples: %w", err), c.stop())
 		}
-		r.tickClock()
+		interval = pollInterval
+		if quiet := r.tickClock(); quiet && read < quietPollRecords {
+			interval = quietPollInterval
+		}
 		r.govern(time.Now())
 		stopping := ctx.Err() != nil
+		if prev != nil && (stopping || !time.Now().Before(prev.end.Add(r.lateGrace()))) {
+			c.queue <- r.finish(prev, ep)
+			prev = nil
+		}
 		if !stopping && time.Now().Before(boundary) {
 			continue
 		}
-		next, err := r.closeEpoch(ep)
+		next, err := r.closeEpoch(ep, prev)
 		if err != nil {
 			return errors.Join(err, c.stop())
 		}
 		r.mu.Lock()
 		r.status.CurrentEpoch = next.number
 		r.mu.Unlock()
-		c.queue <- ep.result
+		if prev != nil { // closed less than lateGrace after it: a slow loop
+			c.queue <- r.finish(prev, next)
+		}
+		prev = ep
 		if stopping {
+			c.queue <- r.finish(prev, nil)
 			return c.stop()
 		}
 		ep = next

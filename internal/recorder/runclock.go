@@ -27,9 +27,17 @@ import (
 // share of the time the recorder had them on would count that time ten
 // times over. The clock reads of the recorder's own windows are its cost
 // too: a tenth of the runs pay them (windowCost).
+//
+// While the programs cost little (the budget's looks find them under a
+// quarter of it: an idle host), windows open quietStatsPeriod apart
+// instead: the prices change little there, and each window costs the
+// recorder some system calls a program. The budget acts on the runs the
+// programs count themselves at every look, at the last price; when they
+// cost more, the next window opens within statsPeriod of the last.
 const (
-	statsPeriod = time.Second
-	statsWindow = 100 * time.Millisecond
+	statsPeriod      = time.Second
+	quietStatsPeriod = 10 * time.Second
+	statsWindow      = 100 * time.Millisecond
 )
 
 // runClock prices BPF programs by sampled statistics. Its methods take
@@ -49,6 +57,8 @@ type runClock struct {
 	// overhead is what the statistics add to each run they count (their
 	// clock reads), not the program's own cost.
 	overhead time.Duration
+	// quiet: the programs cost little, windows open quietStatsPeriod apart.
+	quiet bool
 }
 
 // progClock is one program's price: the kernel's counts at the last fold,
@@ -78,11 +88,40 @@ func (c *runClock) on(now time.Time) {
 	// intervals they would keep one phase of the epoch loop (the first
 	// events of an epoch, new to its sketches, cost more) and price every
 	// run by it.
-	c.opened, c.next = now, now.Add(statsPeriod/2+rand.N(statsPeriod))
+	period := c.period()
+	c.opened, c.next = now, now.Add(period/2+rand.N(period))
 	if c.stats != nil || c.err != nil {
 		return
 	}
 	c.stats, c.err = c.enable()
+}
+
+// period is the time between windows on average.
+func (c *runClock) period() time.Duration {
+	if c.quiet {
+		return quietStatsPeriod
+	}
+	return statsPeriod
+}
+
+// pace sets whether the programs cost little (see quietStatsPeriod); a
+// clock that was quiet opens its next window within statsPeriod of the
+// last.
+func (c *runClock) pace(quiet bool) {
+	if quiet == c.quiet {
+		return
+	}
+	c.quiet = quiet
+	if !quiet && !c.opened.IsZero() {
+		c.next = minTime(c.next, c.opened.Add(statsPeriod/2+rand.N(statsPeriod)))
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (c *runClock) off() {
@@ -151,7 +190,7 @@ func (c *runClock) windowCost() time.Duration {
 	if c.alwaysOn || c.err != nil {
 		return 0
 	}
-	return c.overhead * statsWindow / statsPeriod
+	return c.overhead * statsWindow / c.period()
 }
 
 // rawStats is the kernel's count of p's run time and runs, which grow only
@@ -206,9 +245,11 @@ func (c *runClock) Close() error {
 }
 
 // tickClock runs the statistics' schedule; the epoch loop calls it every
-// poll.
-func (r *Recorder) tickClock() {
+// poll. It reports whether the clock is quiet (the programs cost little)
+// with no window open: then it needs no tick for a while.
+func (r *Recorder) tickClock() (quiet bool) {
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
 	r.clock.tick(time.Now())
+	return r.clock.quiet && r.clock.stats == nil
 }
