@@ -42,8 +42,11 @@ type epochState struct {
 	stacks     map[uint64]store.Stack
 	// names are the frames' and modules' names the epoch's stacks hold,
 	// one copy of each (addStack).
-	names  map[string]string
-	exes   map[string]store.Executable
+	names map[string]string
+	exes  map[string]store.Executable
+	// end is when the epoch closed; result, what closing read of it (its
+	// totals), completed by finish.
+	end    time.Time
 	result *store.Epoch
 }
 
@@ -77,8 +80,10 @@ func userCPUTime() int64 {
 }
 
 // closeEpoch switches the kernel to the next generation, drains the
-// samples of the finished one and reads its sketches and totals.
-func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
+// samples of the finished one (and of prev, the one before, if it still
+// takes its late ones) and reads its sketches and totals; finish completes
+// it lateGrace later.
+func (r *Recorder) closeEpoch(ep, prev *epochState) (*epochState, error) {
 	end := time.Now()
 	next := r.newEpoch(ep.gen+1, ep.number+1, end)
 	if err := r.advance(next.gen); err != nil {
@@ -95,27 +100,27 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		if err != nil {
 			break // deadline: the ring is empty
 		}
-		if gen := sampleGen(rec.RawSample); gen == next.gen {
+		switch gen := sampleGen(rec.RawSample); {
+		case gen == next.gen:
 			r.consume(next, rec.RawSample)
-			break
+		case prev != nil && gen == prev.gen:
+			r.consume(prev, rec.RawSample)
+			continue
+		default:
+			r.consume(ep, rec.RawSample)
+			continue
 		}
-		r.consume(ep, rec.RawSample)
+		break
 	}
 
 	ep.cap.carry(&next.cap)
-	r.resolveLate(ep)
-	ep.cap.fold(ep.samples)
-	usedStacks(ep.samples, ep.stacks, ep.exes)
-	r.day.spend(ep.samples, ep.stacks, end.Sub(ep.start))
-	next.cap.max = r.day.allowance()
 	copyIdx := uint32(ep.gen & 1)
 	res := &store.Epoch{
 		Host: r.cfg.Host, Epoch: ep.number,
 		StartNs: ep.start.UnixNano(), EndNs: end.UnixNano(),
 		MonitorUserNs: next.userNs - ep.userNs,
-		Samples:       ep.samples,
-		StorageBank:   r.day.bank(),
 	}
+	ep.end = end
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
 	if err := r.objs.maps.BoostTaken.Update(copyIdx, uint64(0), ebpf.UpdateExist); err != nil {
@@ -131,15 +136,64 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 		}
 		r.budget.done[v] = r.budget.done[v].add(c)
 		res.MonitorBPFNs += int64(c.runs) * int64(r.runPrice(v)+r.clock.windowCost())
-		sv.Capped = ep.cap.dropped[v]
 		res.Vitals = append(res.Vitals, sv)
 		r.setVitalStatus(v, func(s *VitalStatus) {
 			s.Events += sv.Events
 			s.Samples += sv.Samples
 			s.Lost += sv.Lost()
 			s.NoStack += sv.NoStack
-			s.Capped += sv.Capped
 		})
+	}
+	wall := float64(end.Sub(ep.start)) * float64(r.ncpu)
+	r.mu.Lock()
+	r.status.MonitorCPU = 100 * float64(res.MonitorBPFNs+res.MonitorUserNs) / wall
+	r.mu.Unlock()
+	ep.result = res
+	return next, nil
+}
+
+// lateGrace is how long a closed epoch still takes its samples, before
+// it is committed. A block request's sample is decided when it is
+// submitted and sent when it completes, filed in the epoch it was
+// submitted in: a request that completes after that epoch closed (a disk
+// busy with others' writes, a device that stalls) was counted late and
+// dropped. So was a sample reserved in the ring, on another CPU, just
+// after the first of the next epoch's, which the drain at the close left
+// for the next epoch. Bounded by half an epoch, so that an epoch is
+// committed before the next closes.
+func (r *Recorder) lateGrace() time.Duration {
+	return min(maxLateGrace, r.cfg.Epoch/2)
+}
+
+const maxLateGrace = 2 * time.Second
+
+// epochOf is the epoch a ring record goes to: the closed one, prev, while
+// it takes its late samples, if it is of its generation; else ep.
+func epochOf(ep, prev *epochState, raw []byte) *epochState {
+	if prev != nil && sampleGen(raw) == prev.gen {
+		return prev
+	}
+	return ep
+}
+
+// finish completes a closed epoch's result with its samples, once it has
+// taken the late ones (lateGrace), and spends them from the day's storage
+// budget; cur is the epoch open now, whose cap the budget sets.
+func (r *Recorder) finish(ep, cur *epochState) *store.Epoch {
+	r.resolveLate(ep)
+	ep.cap.fold(ep.samples)
+	usedStacks(ep.samples, ep.stacks, ep.exes)
+	r.day.spend(ep.samples, ep.stacks, ep.end.Sub(ep.start))
+	if cur != nil {
+		cur.cap.max = r.day.allowance()
+	}
+	res := ep.result
+	res.Samples = ep.samples
+	res.StorageBank = r.day.bank()
+	for i := range res.Vitals {
+		v, _ := vitalByName(res.Vitals[i].Name)
+		res.Vitals[i].Capped = ep.cap.dropped[v]
+		r.setVitalStatus(v, func(s *VitalStatus) { s.Capped += ep.cap.dropped[v] })
 	}
 	for _, st := range ep.stacks {
 		res.Stacks = append(res.Stacks, st)
@@ -147,15 +201,12 @@ func (r *Recorder) closeEpoch(ep *epochState) (*epochState, error) {
 	for _, x := range ep.exes {
 		res.Executables = append(res.Executables, x)
 	}
-	wall := float64(end.Sub(ep.start)) * float64(r.ncpu)
-	r.mu.Lock()
-	r.status.MonitorCPU = 100 * float64(res.MonitorBPFNs+res.MonitorUserNs) / wall
 	if r.day.perDay > 0 {
+		r.mu.Lock()
 		r.status.StorageBank, r.status.StorageSpent = int64(max(r.day.tokens, 0)), int64(r.day.spent)
+		r.mu.Unlock()
 	}
-	r.mu.Unlock()
-	ep.result = res
-	return next, nil
+	return res
 }
 
 // readAndClear reads one vital's finished copy and zeroes it for reuse two
