@@ -18,13 +18,28 @@
  * counts: on a device without a volatile cache the block layer completes
  * them without issuing them at all.
  *
+ * A bio merged into a request already queued (block_bio_backmerge,
+ * block_bio_frontmerge: often another task's, whose adjacent writes it
+ * joins) makes no request of its own, so its submitter would have no
+ * event: under stress-ng --hdd, every rare writer's write that went
+ * unsampled had been merged so. It is an event of its own, charged where
+ * it is merged, in the submitter's context, with the label its request
+ * would have had; sampled then, as its completion is its request's, which
+ * is not followed: f[4] carries BLIO_MERGED, and bytes completed, latency
+ * and queue time are unknown. A bio merged into a request of the task's
+ * own plug, not inserted yet, is not: its bytes are the request's, counted
+ * when it is inserted.
+ *
  * Label: the user-space site of submission (stable_addr: the same in every
  * run of the program) and, for kernel threads (writeback), the thread.
  *
  * Fields: f[0] device (kernel dev_t), f[1] sector, f[2] bytes requested,
- * f[3] bytes completed, f[4] op (REQ_OP_*), f[5] latency ns (issue to
- * completion), f[6] error (blk_status_t), f[7] queue ns (insert to issue).
+ * f[3] bytes completed, f[4] op (REQ_OP_*, | BLIO_MERGED), f[5] latency ns
+ * (issue to completion), f[6] error (blk_status_t), f[7] queue ns (insert
+ * to issue).
  */
+#define BLIO_MERGED (1ULL << 16)
+
 struct io_state {
 	__u64 gen;      /* epoch generation at submission */
 	__u64 insert_ts;
@@ -167,6 +182,61 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 		count_lost(ctl);
 }
 
+static __always_inline void io_merged(void *ctx, struct bio *bio)
+{
+	struct hl_control *ctl = get_control();
+	struct task_struct *task;
+	struct mm_struct *mm;
+	struct hl_sample *s;
+	struct hl_stats *st;
+	struct hot_slot *h;
+	struct verdict v;
+	__u64 w0, w1, w2, proc;
+	__u32 bytes = bio->bi_iter.bi_size;
+
+	if (!bytes || !record_current(ctl, VITAL_BLIO))
+		return;
+	task = bpf_get_current_task_btf();
+	if (task->plug && task->plug->rq_count)
+		return; /* the plug's requests are tried first */
+	st = run_stats(ctl, VITAL_BLIO);
+	if (!st)
+		return;
+	mm = task->mm;
+	proc = proc_key(mm);
+	w0 = stable_addr(mm, mm ? user_site(task) : 0);
+	w1 = kthread_word(task);
+	w2 = current_who(task);
+	if (count_event(st, &h, proc, w0 ^ w1, 0, bytes))
+		return;
+	s = current_event(ctx, ctl, VITAL_BLIO, st, h, proc, w0 ^ w1, 0, w0, w1, w2, bytes, &v);
+	if (!s)
+		return;
+	s->f[0] = bio->bi_bdev ? bio->bi_bdev->bd_dev : 0;
+	s->f[1] = bio->bi_iter.bi_sector;
+	s->f[2] = bytes;
+	s->f[3] = 0;
+	s->f[4] = (bio->bi_opf & 0xff) | BLIO_MERGED;
+	s->f[5] = 0;
+	s->f[6] = 0;
+	s->f[7] = 0;
+	sample_submit(s, VITAL_BLIO, &v);
+}
+
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(vital_blio_backmerge, struct bio *bio)
+{
+	io_merged(ctx, bio);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(vital_blio_frontmerge, struct bio *bio)
+{
+	io_merged(ctx, bio);
+	return 0;
+}
+
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(vital_blio_insert, struct request *rq)
 {
@@ -187,24 +257,17 @@ int BPF_PROG(vital_blio_issue, struct request *rq)
 	return 0;
 }
 
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+/* Send the sample of the request keyed key, state io, if it was sampled,
+ * and forget it: at its completion, or, merged (f[4] | BLIO_MERGED, its
+ * completion not followed), when it was merged away into another. */
+static __always_inline void io_end(struct hl_control *ctl, __u64 key, struct io_state *io,
+				   blk_status_t error, unsigned int nr_bytes, bool merged)
 {
-	struct hl_control *ctl = get_control();
-	__u64 key = (__u64)rq, now;
-	struct io_state *io;
 	struct io_stacks *stk;
 	struct hl_sample *s;
 	struct verdict v;
+	__u64 now;
 
-	if (!vital_enabled(ctl, VITAL_BLIO))
-		return 0;
-	io = bpf_map_lookup_elem(&inflight, &key);
-	if (!io) {
-		if (nr_bytes)
-			count_lost(ctl); /* submitted before we started, or map full */
-		return 0;
-	}
 	if (io->sampled && !io->self) {
 		now = bpf_ktime_get_ns();
 		v.gen = io->gen;
@@ -223,11 +286,16 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 			s->f[0] = io->dev;
 			s->f[1] = io->sector;
 			s->f[2] = io->bytes;
-			s->f[3] = nr_bytes;
-			s->f[4] = io->op;
-			s->f[5] = io->issue_ts ? now - io->issue_ts : now - io->insert_ts;
-			s->f[6] = error;
-			s->f[7] = io->issue_ts && io->insert_ts < io->issue_ts ? io->issue_ts - io->insert_ts : 0;
+			if (merged) {
+				s->f[3] = s->f[5] = s->f[6] = s->f[7] = 0;
+				s->f[4] = io->op | BLIO_MERGED;
+			} else {
+				s->f[3] = nr_bytes;
+				s->f[4] = io->op;
+				s->f[5] = io->issue_ts ? now - io->issue_ts : now - io->insert_ts;
+				s->f[6] = error;
+				s->f[7] = io->issue_ts && io->insert_ts < io->issue_ts ? io->issue_ts - io->insert_ts : 0;
+			}
 			stk = io->sampled == 2 ? bpf_map_lookup_elem(&inflight_stacks, &key) : NULL;
 			if (stk) {
 				s->kstack_bytes = stk->kstack_bytes;
@@ -240,5 +308,49 @@ int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsign
 		bpf_map_delete_elem(&inflight_stacks, &key);
 	}
 	bpf_map_delete_elem(&inflight, &key);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(vital_blio_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	struct hl_control *ctl = get_control();
+	__u64 key = (__u64)rq;
+	struct io_state *io;
+
+	if (!vital_enabled(ctl, VITAL_BLIO))
+		return 0;
+	io = bpf_map_lookup_elem(&inflight, &key);
+	if (!io) {
+		if (nr_bytes)
+			count_lost(ctl); /* submitted before we started, or map full */
+		return 0;
+	}
+	io_end(ctl, key, io, error, nr_bytes, false);
+	return 0;
+}
+
+/* A request merged away into another, which completes for both: it never
+ * completes itself. Seen before (inserted, then merged with a neighbour),
+ * its sample goes now; not seen (merged as it was inserted, in its
+ * submitter's context), it is an event as it would have been, then ends
+ * so. Either way its state does not outlive it (the request's memory is
+ * reused for the next, which would pass for it). */
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(vital_blio_rq_merge, struct request *rq)
+{
+	struct hl_control *ctl = get_control();
+	__u64 key = (__u64)rq;
+	struct io_state *io;
+
+	if (!vital_enabled(ctl, VITAL_BLIO))
+		return 0;
+	io = bpf_map_lookup_elem(&inflight, &key);
+	if (!io) {
+		io_first_seen(ctx, ctl, rq, false);
+		io = bpf_map_lookup_elem(&inflight, &key);
+		if (!io)
+			return 0;
+	}
+	io_end(ctl, key, io, 0, 0, true);
 	return 0;
 }

@@ -609,16 +609,27 @@ func sampleFields(v Vital, s *vitalsHlSample) map[string]any {
 		return map[string]any{"direction": dir, "family": sockFamily(f[1]), "protocol": ipProtocol(f[2]),
 			"peer": peerAddress(f[1], f[3], f[4]), "peer_port": int32(f[5]), "local_port": int32(f[6]), "bytes": f[7]}
 	case Blio:
-		return map[string]any{
+		m := map[string]any{
 			"dev": fmt.Sprintf("%d:%d", f[0]>>20, f[0]&0xfffff), "sector": f[1],
 			"bytes_requested": f[2], "bytes_completed": f[3], "op": BlockOp(f[4]),
 			"latency_ns": int64(f[5]), "error": int32(f[6]), "queue_ns": int64(f[7]),
 		}
+		if f[4]&blioMerged != 0 {
+			// A bio merged into a queued request (bpf/blio.bpf.h): its
+			// completion is the request's, not followed.
+			m["op"] = BlockOp(f[4] &^ blioMerged)
+			m["bytes_completed"], m["latency_ns"], m["queue_ns"], m["error"] = nil, nil, nil, nil
+		}
+		return m
 	}
 	return nil
 }
 
 // BlockOp names a block request operation (REQ_OP_*).
+// blioMerged in a blio sample's op says the bio was merged into a request
+// already queued (BLIO_MERGED in bpf/blio.bpf.h).
+const blioMerged = 1 << 16
+
 func BlockOp(op uint64) string {
 	switch op {
 	case 0:

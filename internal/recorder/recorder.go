@@ -378,7 +378,7 @@ func (r *Recorder) enable(v Vital) error {
 var tracingPrograms = map[Vital][]string{
 	Sched:   {vitalsProgVitalSchedSwitch},
 	Blck:    {vitalsProgVitalSchedSwitch},
-	Blio:    {vitalsProgVitalBlioInsert, vitalsProgVitalBlioIssue, vitalsProgVitalBlioComplete},
+	Blio:    {vitalsProgVitalBlioInsert, vitalsProgVitalBlioIssue, vitalsProgVitalBlioComplete, vitalsProgVitalBlioBackmerge, vitalsProgVitalBlioFrontmerge, vitalsProgVitalBlioRqMerge},
 	Kmem:    {vitalsProgVitalKmemAlloc, vitalsProgVitalKmemFree},
 	Umem:    {vitalsProgVitalUmemFault},
 	Syscall: {vitalsProgVitalSysExit, vitalsProgVitalSysLast},

@@ -190,9 +190,12 @@ const (
 	vitalsMapStats                = "stats"
 	vitalsMapTaskMarks            = "task_marks"
 	vitalsMapTaskStates           = "task_states"
+	vitalsProgVitalBlioBackmerge  = "vital_blio_backmerge"
 	vitalsProgVitalBlioComplete   = "vital_blio_complete"
+	vitalsProgVitalBlioFrontmerge = "vital_blio_frontmerge"
 	vitalsProgVitalBlioInsert     = "vital_blio_insert"
 	vitalsProgVitalBlioIssue      = "vital_blio_issue"
+	vitalsProgVitalBlioRqMerge    = "vital_blio_rq_merge"
 	vitalsProgVitalCpu            = "vital_cpu"
 	vitalsProgVitalKmemAlloc      = "vital_kmem_alloc"
 	vitalsProgVitalKmemFree       = "vital_kmem_free"
@@ -252,9 +255,12 @@ type vitalsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type vitalsProgramSpecs struct {
+	VitalBlioBackmerge  *ebpf.ProgramSpec `ebpf:"vital_blio_backmerge"`
 	VitalBlioComplete   *ebpf.ProgramSpec `ebpf:"vital_blio_complete"`
+	VitalBlioFrontmerge *ebpf.ProgramSpec `ebpf:"vital_blio_frontmerge"`
 	VitalBlioInsert     *ebpf.ProgramSpec `ebpf:"vital_blio_insert"`
 	VitalBlioIssue      *ebpf.ProgramSpec `ebpf:"vital_blio_issue"`
+	VitalBlioRqMerge    *ebpf.ProgramSpec `ebpf:"vital_blio_rq_merge"`
 	VitalCpu            *ebpf.ProgramSpec `ebpf:"vital_cpu"`
 	VitalKmemAlloc      *ebpf.ProgramSpec `ebpf:"vital_kmem_alloc"`
 	VitalKmemFree       *ebpf.ProgramSpec `ebpf:"vital_kmem_free"`
@@ -363,9 +369,12 @@ type vitalsVariables struct {
 //
 // It can be passed to loadVitalsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type vitalsPrograms struct {
+	VitalBlioBackmerge  *ebpf.Program `ebpf:"vital_blio_backmerge"`
 	VitalBlioComplete   *ebpf.Program `ebpf:"vital_blio_complete"`
+	VitalBlioFrontmerge *ebpf.Program `ebpf:"vital_blio_frontmerge"`
 	VitalBlioInsert     *ebpf.Program `ebpf:"vital_blio_insert"`
 	VitalBlioIssue      *ebpf.Program `ebpf:"vital_blio_issue"`
+	VitalBlioRqMerge    *ebpf.Program `ebpf:"vital_blio_rq_merge"`
 	VitalCpu            *ebpf.Program `ebpf:"vital_cpu"`
 	VitalKmemAlloc      *ebpf.Program `ebpf:"vital_kmem_alloc"`
 	VitalKmemFree       *ebpf.Program `ebpf:"vital_kmem_free"`
@@ -382,9 +391,12 @@ type vitalsPrograms struct {
 
 func (p *vitalsPrograms) Close() error {
 	return _VitalsClose(
+		p.VitalBlioBackmerge,
 		p.VitalBlioComplete,
+		p.VitalBlioFrontmerge,
 		p.VitalBlioInsert,
 		p.VitalBlioIssue,
+		p.VitalBlioRqMerge,
 		p.VitalCpu,
 		p.VitalKmemAlloc,
 		p.VitalKmemFree,
