@@ -1,6 +1,7 @@
 package recorder
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -100,4 +101,34 @@ func TestSampledRunTimeMatchesTheKernels(t *testing.T) {
 	if r := sampled / kernel; r < 0.5 || r > 2 {
 		t.Errorf("sampled statistics price a call at %.0f ns, %.2f times the kernel's %.0f", sampled, r, kernel)
 	}
+}
+
+// TestQuietClockOpensWindowsFurtherApart: while the programs cost little
+// the statistics' windows open about quietStatsPeriod apart, and once
+// they cost more the next opens within statsPeriod of the last.
+func TestQuietClockOpensWindowsFurtherApart(t *testing.T) {
+	opened := 0
+	c := newRunClock(func() (io.Closer, error) { opened++; return io.NopCloser(nil), nil })
+	c.always = func() bool { return false }
+	windows := func(from time.Time, d time.Duration) (int, time.Time) {
+		n := opened
+		now := from
+		for ; now.Before(from.Add(d)); now = now.Add(statsWindow) {
+			c.tick(now)
+		}
+		return opened - n, now
+	}
+	start := time.Unix(1000, 0)
+	busy, now := windows(start, time.Minute)
+	c.pace(true)
+	quiet, now := windows(now, time.Minute)
+	if busy < 40 || busy > 80 || quiet > 12 {
+		t.Fatalf("windows a minute: %d busy (want about 60), %d quiet (want about 6)", busy, quiet)
+	}
+	last := c.opened
+	c.pace(false)
+	if c.next.Sub(last) > 3*statsPeriod/2 {
+		t.Errorf("the next window after the programs cost more opens %v after the last, want within %v", c.next.Sub(last), 3*statsPeriod/2)
+	}
+	t.Logf("windows a minute: %d busy, %d quiet", busy, quiet)
 }
