@@ -100,17 +100,11 @@ func (r *Recorder) closeEpoch(ep, prev *epochState) (*epochState, error) {
 		if err != nil {
 			break // deadline: the ring is empty
 		}
-		switch gen := sampleGen(rec.RawSample); {
-		case gen == next.gen:
+		if sampleGen(rec.RawSample) == next.gen {
 			r.consume(next, rec.RawSample)
-		case prev != nil && gen == prev.gen:
-			r.consume(prev, rec.RawSample)
-			continue
-		default:
-			r.consume(ep, rec.RawSample)
-			continue
+			break
 		}
-		break
+		r.consume(epochOf(ep, prev, rec.RawSample), rec.RawSample)
 	}
 
 	ep.cap.carry(&next.cap)

@@ -152,11 +152,11 @@ func (r *Rows) start(s *Store, query string, internal bool, args []any) error {
 	if !ok {
 		return fmt.Errorf("query: unexpected driver connection %T", dc)
 	}
-	p := passed{run: budgeted(query, s.opts.MaxResultRows), want: duckdb.STATEMENT_TYPE_SELECT, budgeted: true}
-	if !internal {
-		if p, err = s.sandbox(r.ctx, conn, query); err != nil {
-			return r.failed(err)
-		}
+	var p passed
+	if internal {
+		p = passed{run: budgeted(query, s.opts.MaxResultRows), want: duckdb.STATEMENT_TYPE_SELECT, budgeted: true}
+	} else if p, err = s.sandbox(r.ctx, conn, query); err != nil {
+		return r.failed(err)
 	}
 	// Prepare, unlike PrepareContext, runs nothing of a text of several
 	// statements: it refuses it. The text passed holds one, so the
