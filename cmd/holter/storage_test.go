@@ -91,7 +91,6 @@ func recorderStatus(t *testing.T, r *recording, bin string, args ...string) *age
 	if code != 0 {
 		select {
 		case <-r.done:
-			duckdbAborted(t, r)
 			t.Fatalf("holter status: exit %d: %s; the recorder exited:\n%s", code, errOut, r.log)
 		case <-time.After(time.Second):
 		}
@@ -102,21 +101,6 @@ func recorderStatus(t *testing.T, r *recording, bin string, args ...string) *age
 		t.Fatalf("holter status --json: %v\n%s", err, out)
 	}
 	return &st
-}
-
-// duckdbAborted skips the test when DuckDB 1.4.3 aborted the recorder on
-// a read-only file system: a commit whose log write succeeded and whose
-// fsync then failed makes DuckDB truncate its log, which fails, and it
-// calls std::terminate (about one read-only remount in seven here). That
-// is DuckDB's to fix (or an upgrade's), not something holter can catch;
-// any other exit of the recorder fails the test.
-func duckdbAborted(t *testing.T, r *recording) {
-	t.Helper()
-	log := r.log.String()
-	if strings.Contains(log, "terminate called after throwing") && strings.Contains(log, "Could not truncate file") &&
-		strings.Contains(log, "Read-only file system") {
-		t.Skipf("DuckDB aborted the recorder on the read-only file system (known, DuckDB 1.4.3):\n%s", log)
-	}
 }
 
 // waitStatus polls the recorder's status until ok says it is as wanted.
@@ -130,7 +114,6 @@ func waitStatus(t *testing.T, r *recording, bin string, what string, ok func(*ag
 		}
 		select {
 		case <-r.done:
-			duckdbAborted(t, r)
 			t.Fatalf("the recorder exited while waiting for %s:\n%s", what, r.log)
 		default:
 		}

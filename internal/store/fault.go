@@ -116,6 +116,8 @@ type health struct {
 	ino  uint64
 	fsid unix.Fsid
 	logf func(format string, args ...any)
+	// walSkipped is WALTruncationsSkipped as the last fault was logged.
+	walSkipped uint64
 }
 
 // instance is one DuckDB instance of the store's file: the writer's pool
@@ -391,11 +393,16 @@ func (s *Store) fault(kind string, err error) {
 	h.Faults++
 	h.FailedWrites++
 	s.health.lastTry = time.Now()
+	wal := ""
+	if n := WALTruncationsSkipped(); n != s.health.walSkipped {
+		s.health.walSkipped = n
+		wal = " (the failed commit's log could not be cut off the write-ahead log: it is read again, and checked, when the store opens)"
+	}
 	s.health.mu.Unlock()
 	if kind == "deleted" {
-		s.health.logf("storage fault (%s): %v", kind, err)
+		s.health.logf("storage fault (%s): %v%s", kind, err, wal)
 	} else {
-		s.health.logf("storage fault (%s): %v; writes are refused, and retried every %v until it clears", kind, err, faultRetry)
+		s.health.logf("storage fault (%s): %v%s; writes are refused, and retried every %v until it clears", kind, err, wal, faultRetry)
 	}
 	s.db.shut(fmt.Errorf("%w: %s: %v", ErrUnavailable, kind, err))
 }
