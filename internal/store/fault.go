@@ -364,6 +364,11 @@ func (s *Store) wrote(err error) error {
 		return fmt.Errorf("%w: out of memory: %w", ErrUnavailable, err)
 	}
 	if kind := storageFault(err); kind != "" {
+		if kind == "I/O error" && s.onReadOnlyFS() {
+			// A failed fsync says no more than "fsync failed!": the
+			// file system went read-only under it.
+			kind = "read-only file system"
+		}
 		s.fault(kind, err)
 	} else if s.failing() == nil {
 		return err
@@ -405,6 +410,12 @@ func (s *Store) fault(kind string, err error) {
 		s.health.logf("storage fault (%s): %v%s; writes are refused, and retried every %v until it clears", kind, err, wal, faultRetry)
 	}
 	s.db.shut(fmt.Errorf("%w: %s: %v", ErrUnavailable, kind, err))
+}
+
+// onReadOnlyFS says whether the store's file system is read-only now.
+func (s *Store) onReadOnlyFS() bool {
+	var fs unix.Statfs_t
+	return unix.Statfs(filepath.Dir(s.path), &fs) == nil && fs.Flags&unix.ST_RDONLY != 0
 }
 
 // hadFault says whether the store has been through a fault.
