@@ -1,16 +1,11 @@
 package recorder
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/holter-dev/holter/internal/store"
 	"github.com/holter-dev/holter/internal/testutil"
@@ -25,9 +20,9 @@ import (
 // dropped as late (a busy disk lost one rare write in 200 that way).
 func TestBlockRequestCompletingAfterItsEpochIsKept(t *testing.T) {
 	testutil.RequireRoot(t)
-	lp := frozenLoop(t)
-	dev, devName, mnt := lp.dev, lp.name, lp.mnt
-	run := runTool(t)
+	lp := testutil.FrozenLoop(t)
+	dev, devName, mnt := lp.Dev, lp.Name, lp.Mnt
+	run := testutil.RunTool(t)
 
 	const epoch = 4 * time.Second // lateGrace 2 s
 	var mu sync.Mutex
@@ -128,17 +123,8 @@ func TestBlockRequestCompletingAfterItsEpochIsKept(t *testing.T) {
 // each a label of its own, write into the gaps.
 func TestMergedBioIsChargedToItsSubmitter(t *testing.T) {
 	testutil.RequireRoot(t)
-	lp := frozenLoop(t)
-	run := runTool(t)
-	sched := filepath.Join("/sys/block", filepath.Base(lp.dev), "queue/scheduler")
-	if err := os.WriteFile(sched, []byte("mq-deadline"), 0); err != nil {
-		t.Fatalf("mq-deadline on %s: %v", lp.dev, err)
-	}
+	lp := testutil.FrozenLoop(t)
 	dir := t.TempDir()
-	dd, err := exec.LookPath("dd")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const copies = 10
 	var mu sync.Mutex
 	var samples []store.Sample
@@ -146,25 +132,12 @@ func TestMergedBioIsChargedToItsSubmitter(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, s := range e.Samples {
-			if s.Vital == "blio" && s.Fields["dev"] == lp.name {
+			if s.Vital == "blio" && s.Fields["dev"] == lp.Name {
 				samples = append(samples, s)
 			}
 		}
 		return nil
 	})
-	f, err := os.OpenFile(lp.dev, os.O_WRONLY|unix.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(buf)
-	for k := range copies {
-		run("cp", dd, filepath.Join(dir, fmt.Sprintf("dd-%d", k))) // an inode of its own: a label of its own
-	}
 	// sampleOf is the last blio sample of process pid, nil while none.
 	sampleOf := func(pid int) *store.Sample {
 		mu.Lock()
@@ -182,8 +155,8 @@ func TestMergedBioIsChargedToItsSubmitter(t *testing.T) {
 	// until some write merged.
 	const attempts = 4
 	for attempt := 1; attempt <= attempts; attempt++ {
-		dds := mergeWrites(t, lp, f, buf, dir, copies, int64(attempt-1)*4096)
-		waitFor(t, func() bool {
+		dds := testutil.MergeWrites(t, lp, dir, copies, int64(attempt-1)*4096)
+		testutil.WaitFor(t, 20*time.Second, func() bool {
 			for _, c := range dds {
 				if sampleOf(c.Process.Pid) == nil {
 					return false
@@ -205,168 +178,4 @@ func TestMergedBioIsChargedToItsSubmitter(t *testing.T) {
 		}
 	}
 	t.Fatalf("in %d attempts no write of the %d merged into a queued request: the merge path was not exercised", attempts, copies)
-}
-
-// mergeWrites freezes the file system behind lp, queues more writes to lp
-// than the loop device's queue holds (through f, from offset base on), and
-// has each of copies dd processes (named dd-K in dir) write a block into a
-// gap between two queued writes, where it merges; once every dd waits for
-// its write it thaws the file system and returns the dd processes, ended.
-func mergeWrites(t *testing.T, lp loop, f *os.File, buf []byte, dir string, copies int, base int64) []*exec.Cmd {
-	t.Helper()
-	run := runTool(t)
-	run("fsfreeze", "-f", lp.mnt)
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			run("fsfreeze", "-u", lp.mnt)
-			thawed = true
-		}
-	}
-	defer thaw()
-	// More writes than the loop device's queue depth (128) holds: the
-	// rest wait in mq-deadline, where bios merge.
-	const fillers = 300
-	var fill sync.WaitGroup
-	defer fill.Wait()
-	for i := range fillers {
-		fill.Add(1)
-		go func() {
-			defer fill.Done()
-			f.WriteAt(buf, base+int64(2*i)*4096)
-		}()
-	}
-	// The fillers' writes queued: their threads wait for them.
-	deadline := time.Now().Add(5 * time.Second)
-	for threadsWaitingForIO() < fillers*9/10 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	var dds []*exec.Cmd
-	for k := range copies {
-		bin := filepath.Join(dir, fmt.Sprintf("dd-%d", k))
-		// Into the gap after a late filler, between two of them.
-		gap := base/4096 + 2*int64(fillers-2*copies+2*k) + 1
-		c := exec.Command(bin, "if=/dev/zero", "of="+lp.dev, "bs=4096", "count=1", fmt.Sprintf("seek=%d", gap), "oflag=direct", "conv=notrunc", "status=none")
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		dds = append(dds, c)
-	}
-	// Every dd's write submitted (merged, or queued) before the thaw.
-	waitFor(t, func() bool {
-		for _, c := range dds {
-			if !waitingForIO(c.Process.Pid) {
-				return false
-			}
-		}
-		return true
-	}, "the dd processes waiting for their writes")
-	thaw()
-	for _, c := range dds {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("%s: %v", c.Path, err)
-		}
-	}
-	return dds
-}
-
-// threadsWaitingForIO counts this process's threads in uninterruptible
-// sleep.
-func threadsWaitingForIO() int {
-	tasks, _ := os.ReadDir("/proc/self/task")
-	n := 0
-	for _, task := range tasks {
-		if b, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'D' {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// loop is a loop device whose backing file is on an ext4 file system of its
-// own (itself on a loop device), which the test can freeze: a request to
-// the device then completes only when the file system is thawed.
-type loop struct {
-	dev  string // /dev/loopN
-	name string // its device number, as blio samples give it: "major:minor"
-	mnt  string // where the file system that can be frozen is mounted
-}
-
-func frozenLoop(t *testing.T) loop {
-	t.Helper()
-	for _, tool := range []string{"losetup", "mkfs.ext4", "fsfreeze", "dd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s (util-linux, e2fsprogs, coreutils) is needed: %v", tool, err)
-		}
-	}
-	dir := t.TempDir()
-	run := runTool(t)
-	outer, mnt := filepath.Join(dir, "outer.img"), filepath.Join(dir, "mnt")
-	if err := os.Truncate(createFile(t, outer), 32<<20); err != nil {
-		t.Fatal(err)
-	}
-	run("mkfs.ext4", "-q", "-F", outer)
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run("mount", "-o", "loop", outer, mnt)
-	t.Cleanup(func() { exec.Command("fsfreeze", "-u", mnt).Run(); exec.Command("umount", mnt).Run() })
-	inner := filepath.Join(mnt, "inner.img")
-	if err := os.Truncate(createFile(t, inner), 8<<20); err != nil {
-		t.Fatal(err)
-	}
-	dev := run("losetup", "--find", "--show", inner)
-	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
-	var st unix.Stat_t
-	if err := unix.Stat(dev, &st); err != nil {
-		t.Fatal(err)
-	}
-	return loop{dev: dev, name: fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)), mnt: mnt}
-}
-
-// waitingForIO reports whether process pid sleeps uninterruptibly (state
-// D), as a process waiting for its direct write does.
-func waitingForIO(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'D'
-}
-
-// waitFor polls cond for up to 20 s, failing t with what if it never holds.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 20 s for %s", what)
-		}
-	}
-}
-
-// runTool runs a command for t, failing it if the command fails, and
-// returns its output.
-func runTool(t *testing.T) func(name string, args ...string) string {
-	return func(name string, args ...string) string {
-		t.Helper()
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-}
-
-// createFile creates an empty file at path and returns path.
-func createFile(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return path
 }
