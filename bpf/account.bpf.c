@@ -772,10 +772,10 @@ int BPF_PROG(account_switch, bool preempt, struct task_struct *prev,
 	return 0;
 }
 
-/* The file the first page of a block request belongs to, if any. */
-static __always_inline bool request_file(struct request *rq, struct file_key *fk)
+/* The file the first page of a bio belongs to, if any. */
+static __always_inline bool bio_file(struct bio *bio, struct file_key *fk)
 {
-	struct address_space *mapping = BPF_CORE_READ(rq, bio, bi_io_vec, bv_page, mapping);
+	struct address_space *mapping = BPF_CORE_READ(bio, bi_io_vec, bv_page, mapping);
 	struct inode *host;
 
 	/* anonymous and movable pages tag the low bits */
@@ -789,43 +789,85 @@ static __always_inline bool request_file(struct request *rq, struct file_key *fk
 	return fk->ino != 0;
 }
 
+/*
+ * Whose I/O of op, of the bio bio, the current task submits: its own, if it
+ * is tracked; else write-back of a file a tracked thread dirtied. False
+ * when neither.
+ */
+static __always_inline bool io_owner(struct task_struct *task, __u32 op, struct bio *bio, struct io_start *io)
+{
+	/* Read before any branch: the compiler would otherwise share one load
+	 * between the task and the dirtier, which the verifier refuses. */
+	__u32 tgid = task->tgid, tid = task->pid;
+	struct file_key fk = {};
+	struct dirtier *d;
+
+	io->op = op;
+	if (is_tracked(tgid)) {
+		io->pid = tgid;
+		io->tid = tid;
+		return true;
+	}
+	/* Someone else writing a file a tracked thread dirtied: write-back. */
+	if (op != REQ_OP_WRITE || !bio || !bio_file(bio, &fk))
+		return false;
+	d = bpf_map_lookup_elem(&dirtiers, &fk);
+	if (!d)
+		return false;
+	io->pid = d->pid;
+	io->tid = d->tid;
+	io->dirtied = d->ts;
+	io->ino = fk.ino;
+	return true;
+}
+
+/* The I/O of request rq as the current task submits it, now; false when
+ * it is no tracked thread's (io_owner) or carries no data. */
+static __always_inline bool io_of_request(struct request *rq, struct io_start *io)
+{
+	if (rq->__data_len == 0)
+		return false;
+	if (!io_owner(bpf_get_current_task_btf(), rq->cmd_flags & 0xff, rq->bio, io))
+		return false;
+	io->ts = now_ns();
+	io->bytes = rq->__data_len;
+	io->dev = rq->part ? rq->part->bd_dev : 0;
+	return true;
+}
+
 static __always_inline void io_submitted(struct request *rq)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct io_start io = {};
 	__u64 key = (__u64)rq;
 	struct acct_stats *st;
 
-	if (rq->__data_len == 0)
+	if (!io_of_request(rq, &io))
 		return;
-	io.op = rq->cmd_flags & 0xff;
-	if (is_tracked(task->tgid)) {
-		io.pid = task->tgid;
-		io.tid = task->pid;
-	} else {
-		/* Someone else writing a file a tracked thread dirtied: write-back. */
-		struct file_key fk = {};
-		struct dirtier *d;
-
-		if (io.op != REQ_OP_WRITE || !request_file(rq, &fk))
-			return;
-		d = bpf_map_lookup_elem(&dirtiers, &fk);
-		if (!d)
-			return;
-		io.pid = d->pid;
-		io.tid = d->tid;
-		io.dirtied = d->ts;
-		io.ino = fk.ino;
-	}
 	if (bpf_map_lookup_elem(&io_inflight, &key))
 		return; /* inserted, now issued: the submitter was seen at insertion */
-	io.ts = now_ns();
-	io.bytes = rq->__data_len;
-	io.dev = rq->part ? rq->part->bd_dev : 0;
 	if (bpf_map_update_elem(&io_inflight, &key, &io, BPF_NOEXIST) != 0) {
 		if ((st = counters()))
 			st->io_lost++;
 	}
+}
+
+/* Send the I/O io, ended at end, to its submitter. */
+static __always_inline void io_send(struct io_start *io, __u64 end)
+{
+	struct acct_event *e;
+
+	/* The submitter's, in whatever context the request completes. */
+	e = reserve(io->dirtied ? ACCT_WRITEBACK : ACCT_IO, io->pid, io->tid, ACCT_HEADER_BYTES);
+	if (!e)
+		return;
+	e->wake = io->dirtied;
+	e->ino = io->ino;
+	e->state = io->op;
+	e->start = io->ts;
+	e->end = end;
+	e->site = io->dev;
+	e->bytes = io->bytes;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
 SEC("tp_btf/block_rq_insert")
@@ -847,25 +889,74 @@ int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsign
 {
 	__u64 key = (__u64)rq;
 	struct io_start *io = bpf_map_lookup_elem(&io_inflight, &key);
-	struct acct_event *e;
 
 	if (!io)
 		return 0;
-	/* The submitter's, in whatever context the request completes. */
-	e = reserve(io->dirtied ? ACCT_WRITEBACK : ACCT_IO, io->pid, io->tid, ACCT_HEADER_BYTES);
-	if (!e) {
-		bpf_map_delete_elem(&io_inflight, &key);
+	io_send(io, now_ns());
+	bpf_map_delete_elem(&io_inflight, &key);
+	return 0;
+}
+
+/*
+ * A request merged away into another queued one never completes: it is
+ * sent now, its time the time it waited until then (the request it joined
+ * is not followed), and its entry goes, or the next request the block
+ * layer makes at its address would pass for it. One merged as it was
+ * inserted, in its submitter's context, was never seen: it is sent as a
+ * merged bio is, its bytes and no time.
+ */
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(account_io_rq_merge, struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	struct io_start *io = bpf_map_lookup_elem(&io_inflight, &key);
+	struct io_start merged = {};
+
+	if (!io) {
+		if (io_of_request(rq, &merged))
+			io_send(&merged, merged.ts);
 		return 0;
 	}
-	e->wake = io->dirtied;
-	e->ino = io->ino;
-	e->state = io->op;
-	e->start = io->ts;
-	e->end = now_ns();
-	e->site = io->dev;
-	e->bytes = io->bytes;
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	io_send(io, now_ns());
 	bpf_map_delete_elem(&io_inflight, &key);
+	return 0;
+}
+
+/*
+ * A bio merged into a request already queued (often another task's, whose
+ * adjacent I/O it joins) makes no request of its own: its submitter's I/O
+ * is sent as it merges, its bytes and no time (its completion is the other
+ * request's, not followed). One merged into a request of the task's own
+ * plug, not inserted yet, is left to that request, whose bytes it becomes.
+ */
+static __always_inline void io_bio_merged(struct bio *bio)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct io_start io = {};
+
+	if (!bio->bi_iter.bi_size)
+		return;
+	if (task->plug && task->plug->rq_count)
+		return;
+	if (!io_owner(task, bio->bi_opf & 0xff, bio, &io))
+		return;
+	io.ts = now_ns();
+	io.bytes = bio->bi_iter.bi_size;
+	io.dev = bio->bi_bdev ? bio->bi_bdev->bd_dev : 0;
+	io_send(&io, io.ts);
+}
+
+SEC("tp_btf/block_bio_backmerge")
+int BPF_PROG(account_io_backmerge, struct bio *bio)
+{
+	io_bio_merged(bio);
+	return 0;
+}
+
+SEC("tp_btf/block_bio_frontmerge")
+int BPF_PROG(account_io_frontmerge, struct bio *bio)
+{
+	io_bio_merged(bio);
 	return 0;
 }
 

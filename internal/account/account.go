@@ -418,7 +418,8 @@ func (a *Accountant) Track(pids ...uint32) error {
 
 func (a *Accountant) attach() error {
 	progs := []*ebpf.Program{a.objs.AccountSwitch, a.objs.AccountIoInsert, a.objs.AccountIoIssue,
-		a.objs.AccountIoComplete, a.objs.AccountExec, a.objs.AccountFork, a.objs.AccountExit, a.objs.AccountDirty}
+		a.objs.AccountIoComplete, a.objs.AccountIoRqMerge, a.objs.AccountIoBackmerge, a.objs.AccountIoFrontmerge,
+		a.objs.AccountExec, a.objs.AccountFork, a.objs.AccountExit, a.objs.AccountDirty}
 	if !a.wakeFromQueue {
 		progs = append(progs, a.objs.AccountWakeup)
 	}

@@ -106,28 +106,31 @@ type accountThreadState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	accountMapAcctCounters       = "acct_counters"
-	accountMapAcctEvents         = "acct_events"
-	accountMapDirtiers           = "dirtiers"
-	accountMapIoInflight         = "io_inflight"
-	accountMapMatchComm          = "match_comm"
-	accountMapMatchExe           = "match_exe"
-	accountMapSleepStacks        = "sleep_stacks"
-	accountMapThreads            = "threads"
-	accountMapTracked            = "tracked"
-	accountProgAccountDirty      = "account_dirty"
-	accountProgAccountExec       = "account_exec"
-	accountProgAccountExit       = "account_exit"
-	accountProgAccountFork       = "account_fork"
-	accountProgAccountIoComplete = "account_io_complete"
-	accountProgAccountIoInsert   = "account_io_insert"
-	accountProgAccountIoIssue    = "account_io_issue"
-	accountProgAccountSwitch     = "account_switch"
-	accountProgAccountWakeup     = "account_wakeup"
-	accountVarKstackMinNs        = "kstack_min_ns"
-	accountVarUnusedAcctEvent    = "unused_acct_event"
-	accountVarUnusedAcctStats    = "unused_acct_stats"
-	accountVarWakeFromQueue      = "wake_from_queue"
+	accountMapAcctCounters         = "acct_counters"
+	accountMapAcctEvents           = "acct_events"
+	accountMapDirtiers             = "dirtiers"
+	accountMapIoInflight           = "io_inflight"
+	accountMapMatchComm            = "match_comm"
+	accountMapMatchExe             = "match_exe"
+	accountMapSleepStacks          = "sleep_stacks"
+	accountMapThreads              = "threads"
+	accountMapTracked              = "tracked"
+	accountProgAccountDirty        = "account_dirty"
+	accountProgAccountExec         = "account_exec"
+	accountProgAccountExit         = "account_exit"
+	accountProgAccountFork         = "account_fork"
+	accountProgAccountIoBackmerge  = "account_io_backmerge"
+	accountProgAccountIoComplete   = "account_io_complete"
+	accountProgAccountIoFrontmerge = "account_io_frontmerge"
+	accountProgAccountIoInsert     = "account_io_insert"
+	accountProgAccountIoIssue      = "account_io_issue"
+	accountProgAccountIoRqMerge    = "account_io_rq_merge"
+	accountProgAccountSwitch       = "account_switch"
+	accountProgAccountWakeup       = "account_wakeup"
+	accountVarKstackMinNs          = "kstack_min_ns"
+	accountVarUnusedAcctEvent      = "unused_acct_event"
+	accountVarUnusedAcctStats      = "unused_acct_stats"
+	accountVarWakeFromQueue        = "wake_from_queue"
 )
 
 // loadAccount returns the embedded CollectionSpec for account.
@@ -172,15 +175,18 @@ type accountSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type accountProgramSpecs struct {
-	AccountDirty      *ebpf.ProgramSpec `ebpf:"account_dirty"`
-	AccountExec       *ebpf.ProgramSpec `ebpf:"account_exec"`
-	AccountExit       *ebpf.ProgramSpec `ebpf:"account_exit"`
-	AccountFork       *ebpf.ProgramSpec `ebpf:"account_fork"`
-	AccountIoComplete *ebpf.ProgramSpec `ebpf:"account_io_complete"`
-	AccountIoInsert   *ebpf.ProgramSpec `ebpf:"account_io_insert"`
-	AccountIoIssue    *ebpf.ProgramSpec `ebpf:"account_io_issue"`
-	AccountSwitch     *ebpf.ProgramSpec `ebpf:"account_switch"`
-	AccountWakeup     *ebpf.ProgramSpec `ebpf:"account_wakeup"`
+	AccountDirty        *ebpf.ProgramSpec `ebpf:"account_dirty"`
+	AccountExec         *ebpf.ProgramSpec `ebpf:"account_exec"`
+	AccountExit         *ebpf.ProgramSpec `ebpf:"account_exit"`
+	AccountFork         *ebpf.ProgramSpec `ebpf:"account_fork"`
+	AccountIoBackmerge  *ebpf.ProgramSpec `ebpf:"account_io_backmerge"`
+	AccountIoComplete   *ebpf.ProgramSpec `ebpf:"account_io_complete"`
+	AccountIoFrontmerge *ebpf.ProgramSpec `ebpf:"account_io_frontmerge"`
+	AccountIoInsert     *ebpf.ProgramSpec `ebpf:"account_io_insert"`
+	AccountIoIssue      *ebpf.ProgramSpec `ebpf:"account_io_issue"`
+	AccountIoRqMerge    *ebpf.ProgramSpec `ebpf:"account_io_rq_merge"`
+	AccountSwitch       *ebpf.ProgramSpec `ebpf:"account_switch"`
+	AccountWakeup       *ebpf.ProgramSpec `ebpf:"account_wakeup"`
 }
 
 // accountMapSpecs contains maps before they are loaded into the kernel.
@@ -267,15 +273,18 @@ type accountVariables struct {
 //
 // It can be passed to loadAccountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type accountPrograms struct {
-	AccountDirty      *ebpf.Program `ebpf:"account_dirty"`
-	AccountExec       *ebpf.Program `ebpf:"account_exec"`
-	AccountExit       *ebpf.Program `ebpf:"account_exit"`
-	AccountFork       *ebpf.Program `ebpf:"account_fork"`
-	AccountIoComplete *ebpf.Program `ebpf:"account_io_complete"`
-	AccountIoInsert   *ebpf.Program `ebpf:"account_io_insert"`
-	AccountIoIssue    *ebpf.Program `ebpf:"account_io_issue"`
-	AccountSwitch     *ebpf.Program `ebpf:"account_switch"`
-	AccountWakeup     *ebpf.Program `ebpf:"account_wakeup"`
+	AccountDirty        *ebpf.Program `ebpf:"account_dirty"`
+	AccountExec         *ebpf.Program `ebpf:"account_exec"`
+	AccountExit         *ebpf.Program `ebpf:"account_exit"`
+	AccountFork         *ebpf.Program `ebpf:"account_fork"`
+	AccountIoBackmerge  *ebpf.Program `ebpf:"account_io_backmerge"`
+	AccountIoComplete   *ebpf.Program `ebpf:"account_io_complete"`
+	AccountIoFrontmerge *ebpf.Program `ebpf:"account_io_frontmerge"`
+	AccountIoInsert     *ebpf.Program `ebpf:"account_io_insert"`
+	AccountIoIssue      *ebpf.Program `ebpf:"account_io_issue"`
+	AccountIoRqMerge    *ebpf.Program `ebpf:"account_io_rq_merge"`
+	AccountSwitch       *ebpf.Program `ebpf:"account_switch"`
+	AccountWakeup       *ebpf.Program `ebpf:"account_wakeup"`
 }
 
 func (p *accountPrograms) Close() error {
@@ -284,9 +293,12 @@ func (p *accountPrograms) Close() error {
 		p.AccountExec,
 		p.AccountExit,
 		p.AccountFork,
+		p.AccountIoBackmerge,
 		p.AccountIoComplete,
+		p.AccountIoFrontmerge,
 		p.AccountIoInsert,
 		p.AccountIoIssue,
+		p.AccountIoRqMerge,
 		p.AccountSwitch,
 		p.AccountWakeup,
 	)
