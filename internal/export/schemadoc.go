@@ -25,6 +25,7 @@ var columnUnits = map[string]string{
 	"lost":                "samples lost, count",
 	"lost_ringbuf":        "samples lost to a full ring buffer, count",
 	"lost_state":          "samples lost to a full per-task state map, count",
+	"lost_recursion":      "events the kernel did not run the vital's program for (one of its runs was interrupted by the event), count",
 	"no_stack":            "samples without a stack, count",
 }
 

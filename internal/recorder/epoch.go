@@ -128,6 +128,7 @@ func (r *Recorder) closeEpoch(ep, prev *epochState) (*epochState, error) {
 		if err != nil {
 			return nil, err
 		}
+		sv.LostRecursion = r.recursionMisses(v)
 		r.budget.done[v] = r.budget.done[v].add(c)
 		res.MonitorBPFNs += int64(c.runs) * int64(r.runPrice(v)+r.clock.windowCost())
 		res.Vitals = append(res.Vitals, sv)
@@ -237,6 +238,29 @@ func (r *Recorder) readAndClear(copyIdx uint32, v Vital) (store.Vital, counts, e
 		return store.Vital{}, counts{}, fmt.Errorf("clear %s sketch: %w", v, err)
 	}
 	return out, c, nil
+}
+
+// recursionMisses is how many events v's programs were not run for since
+// the last call: the kernel runs a program once at a time on a CPU, and an
+// event that comes in an interrupt of its run (a page freed by an interrupt
+// while the free's program runs) is skipped and counted. r.ctlMu is held.
+func (r *Recorder) recursionMisses(v Vital) uint64 {
+	a := r.attached[v]
+	if a == nil {
+		return 0
+	}
+	var n uint64
+	for _, p := range a.progs {
+		st, err := p.Stats()
+		if err != nil {
+			continue // before Linux 5.12: not counted
+		}
+		if last := r.recursion[p]; st.RecursionMisses >= last {
+			n += st.RecursionMisses - last
+		}
+		r.recursion[p] = st.RecursionMisses
+	}
+	return n
 }
 
 // sampleSize is the longest record; a record is as long as its stacks

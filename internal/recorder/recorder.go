@@ -199,6 +199,9 @@ type Recorder struct {
 	spec     *ebpf.CollectionSpec
 	objs     *objects
 	attached map[Vital]*attachment
+	// recursion is each program's count of runs the kernel skipped, as
+	// last read (recursionMisses); r.ctlMu guards it.
+	recursion map[*ebpf.Program]uint64
 	reader   *ringbuf.Reader
 	kernel   *symbol.Kernel
 	procs    *symbol.Resolver
@@ -246,7 +249,7 @@ func New(cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, boosted: map[uint32]bool{},
+	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, recursion: map[*ebpf.Program]uint64{}, boosted: map[uint32]bool{},
 		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc")}
 	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0),
 		StorageBudget: max(cfg.StorageBudget, 0)}

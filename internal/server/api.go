@@ -446,7 +446,7 @@ func (a *api) epochVitals(ctx context.Context, hosts, vitals []string, from, to 
 		return nil
 	}
 	args = nil
-	res, err := a.query(ctx, `SELECT vital, host, epoch, weight_sum, events, samples, lost_ringbuf + lost_state, threshold
+	res, err := a.query(ctx, `SELECT vital, host, epoch, weight_sum, events, samples, lost_ringbuf + lost_state + lost_recursion, threshold
 		FROM vitals WHERE `+spanCond(spans, &args)+` AND `+inList("vital", vitals, &args)+`
 		ORDER BY vital, host, epoch`, args...)
 	if err != nil {

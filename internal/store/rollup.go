@@ -134,7 +134,7 @@ func loadBucket(ctx context.Context, conn *sql.Conn, host string, start, width i
 	inBucket := `e.host = $1 AND e.start_ns >= $2 AND e.start_ns < $2 + $3`
 	rows, err := conn.QueryContext(ctx, `
 		SELECT v.vital, count(*), sum(v.events), sum(v.weight_sum), sum(v.samples),
-		       sum(v.lost_ringbuf + v.lost_state), sum(v.secondary)
+		       sum(v.lost_ringbuf + v.lost_state + v.lost_recursion), sum(v.secondary)
 		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
 		WHERE `+inBucket+` GROUP BY v.vital`, host, start, width)
 	if err != nil {

@@ -34,7 +34,7 @@ func TestRollupsEqualTheirEpochs(t *testing.T) {
 		e := &Epoch{Host: "h", Epoch: n, StartNs: start + n*minute, EndNs: start + (n+1)*minute}
 		for _, v := range []string{"cpu", "blck"} {
 			e.Vitals = append(e.Vitals, Vital{Name: v, Events: uint64(rng.IntN(1000)), WeightSum: uint64(rng.IntN(1e6)),
-				Samples: uint64(rng.IntN(50)), LostRingbuf: uint64(rng.IntN(2)), Secondary: uint64(rng.IntN(10))})
+				Samples: uint64(rng.IntN(50)), LostRingbuf: uint64(rng.IntN(2)), LostRecursion: uint64(rng.IntN(2)), Secondary: uint64(rng.IntN(10))})
 			for i := 0; i < 5; i++ {
 				e.Samples = append(e.Samples, Sample{TsNs: e.StartNs + 1, Vital: v, LabelHash: uint64(rng.IntN(40)),
 					Weight: uint64(rng.IntN(1000)), Pid: uint32(rng.IntN(5)), Comm: "c", Exe: "/x"})
@@ -48,7 +48,7 @@ func TestRollupsEqualTheirEpochs(t *testing.T) {
 		w := ts.Width.Nanoseconds()
 		q := fmt.Sprintf(`WITH raw AS (
 				SELECT e.start_ns - e.start_ns %% %[1]d AS bucket_ns, v.vital, count(*) AS epochs, sum(v.events) AS events,
-				       sum(v.weight_sum) AS weight_sum, sum(v.samples) AS samples, sum(v.lost_ringbuf + v.lost_state) AS lost,
+				       sum(v.weight_sum) AS weight_sum, sum(v.samples) AS samples, sum(v.lost_ringbuf + v.lost_state + v.lost_recursion) AS lost,
 				       sum(v.secondary) AS secondary
 				FROM vitals v JOIN epochs e USING (host, epoch) GROUP BY ALL),
 			labels AS (

@@ -4,7 +4,7 @@ import "fmt"
 
 // schemaVersion is bumped with every change to schema; migrations bring an
 // older file up to date in Open.
-const schemaVersion = 7
+const schemaVersion = 8
 
 // schema creates the tables of an empty store. Times are UTC nanoseconds.
 // The samples table has one sparse column per event field; a column that
@@ -72,6 +72,8 @@ var schema = []string{
 	`ALTER TABLE vitals ADD COLUMN IF NOT EXISTS capped UBIGINT DEFAULT 0`,
 	// version 7: the ranges the online analysis has judged (diagnosis.go)
 	analysedDDL,
+	// version 8: the events the kernel did not run a vital's program for
+	`ALTER TABLE vitals ADD COLUMN IF NOT EXISTS lost_recursion UBIGINT DEFAULT 0`,
 }
 
 // Column is one vital-specific column of the samples table.

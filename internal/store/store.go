@@ -538,10 +538,15 @@ type Vital struct {
 	// recorder's cap on samples per epoch, they were dropped coarsest
 	// first (Samples counts them too).
 	Capped uint64
+	// LostRecursion is the events the kernel did not run the vital's
+	// programs for, as one of them was running on the CPU already (an
+	// interrupt's event within the program's own run): not counted, not
+	// sketched, not sampled.
+	LostRecursion uint64
 }
 
 // Lost is what this vital missed in the epoch.
-func (v Vital) Lost() uint64 { return v.LostRingbuf + v.LostState }
+func (v Vital) Lost() uint64 { return v.LostRingbuf + v.LostState + v.LostRecursion }
 
 // Sample is one sampled event. Fields holds the vital-specific columns of
 // the samples table by name (see SampleFields); absent ones are NULL.
@@ -726,7 +731,7 @@ func (s *Store) writeEpoch(ctx context.Context, conn *sql.Conn, e *Epoch) (newSt
 		err := appendRows(dconn, "vitals", len(e.Vitals), func(i int) []driver.Value {
 			v := e.Vitals[i]
 			return []driver.Value{e.Host, e.Epoch, v.Name, v.Events, v.WeightSum, v.Samples, v.DistinctLabels,
-				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary, v.Capped}
+				v.Threshold, v.LostRingbuf, v.LostState, v.NoStack, v.Secondary, v.Capped, v.LostRecursion}
 		})
 		if err != nil {
 			return err
