@@ -126,9 +126,19 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 		return;
 	io = bpf_map_lookup_elem(&inflight, &key);
 	if (io) {
-		if (issue)
-			io->issue_ts = now;
-		return;
+		/* This request, seen at insertion (its start sector may have
+		 * moved since, by a front merge) or issued again after a
+		 * requeue (at the same sector): */
+		if (io->sector == rq->__sector || (issue && !io->issue_ts)) {
+			if (issue)
+				io->issue_ts = now;
+			return;
+		}
+		/* Else the state of another request, which had this address
+		 * and ended without its completion seen: it is lost, and this
+		 * one starts afresh. */
+		count_lost(ctl);
+		bpf_map_delete_elem(&inflight_stacks, &key);
 	}
 	fresh.insert_ts = now;
 	fresh.issue_ts = issue ? now : 0;
@@ -152,7 +162,7 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	fresh.label_w2 = who_word(fresh.exe_ino, fresh.uid);
 	fresh.self = fresh.pid == ctl->self_tgid;
 	if (fresh.self) { /* tracked only so its completion is not taken for a loss */
-		bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST);
+		bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY);
 		return;
 	}
 	st = run_stats(ctl, VITAL_BLIO);
@@ -178,7 +188,7 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 			fresh.sampled = bpf_map_update_elem(&inflight_stacks, &key, stk, BPF_ANY) == 0 ? 2 : 1;
 		}
 	}
-	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_NOEXIST) != 0)
+	if (bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY) != 0)
 		count_lost(ctl);
 }
 
