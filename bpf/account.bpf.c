@@ -158,6 +158,8 @@ struct io_start {
 	__u32 dev;
 	__u64 ino;        /* writeback: the file */
 	__u64 dirtied;    /* writeback: when the charged thread last dirtied it; 0 = own I/O */
+	__u64 sector;     /* where the request started when it was seen */
+	__u64 issued;     /* whether it was seen issued */
 };
 
 struct {
@@ -832,20 +834,30 @@ static __always_inline bool io_of_request(struct request *rq, struct io_start *i
 	io->ts = now_ns();
 	io->bytes = rq->__data_len;
 	io->dev = rq->part ? rq->part->bd_dev : 0;
+	io->sector = rq->__sector;
 	return true;
 }
 
-static __always_inline void io_submitted(struct request *rq)
+static __always_inline void io_submitted(struct request *rq, bool issue)
 {
-	struct io_start io = {};
+	struct io_start io = {}, *seen;
 	__u64 key = (__u64)rq;
 	struct acct_stats *st;
 
 	if (!io_of_request(rq, &io))
 		return;
-	if (bpf_map_lookup_elem(&io_inflight, &key))
-		return; /* inserted, now issued: the submitter was seen at insertion */
-	if (bpf_map_update_elem(&io_inflight, &key, &io, BPF_NOEXIST) != 0) {
+	seen = bpf_map_lookup_elem(&io_inflight, &key);
+	/* Inserted, now issued (its start may have moved by a front merge
+	 * since), or issued again after a requeue: the submitter was seen
+	 * then. Else the entry is another request's, which had this address
+	 * and ended without its completion seen (as the blio vital finds). */
+	if (seen && (seen->sector == rq->__sector || (issue && !seen->issued))) {
+		if (issue)
+			seen->issued = 1;
+		return;
+	}
+	io.issued = issue;
+	if (bpf_map_update_elem(&io_inflight, &key, &io, BPF_ANY) != 0) {
 		if ((st = counters()))
 			st->io_lost++;
 	}
@@ -873,14 +885,14 @@ static __always_inline void io_send(struct io_start *io, __u64 end)
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(account_io_insert, struct request *rq)
 {
-	io_submitted(rq);
+	io_submitted(rq, false);
 	return 0;
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(account_io_issue, struct request *rq)
 {
-	io_submitted(rq);
+	io_submitted(rq, true);
 	return 0;
 }
 

@@ -66,6 +66,8 @@ type accountIoStart struct {
 	Dev     uint32
 	Ino     uint64
 	Dirtied uint64
+	Sector  uint64
+	Issued  uint64
 }
 
 type accountSleepKind struct {
