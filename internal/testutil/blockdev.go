@@ -57,11 +57,11 @@ func FrozenLoop(t testing.TB) Loop {
 // MergeWrites has copies processes, each a copy of dd of its own (dd-K in
 // dir: an executable, and so a label, of its own), write one block each
 // into the device where it merges into a request already queued: it
-// freezes the file system behind lp, queues more direct writes of its own
-// to lp than the loop device's queue holds (mq-deadline holds the rest,
-// where bios merge), every other block from byte base on, and has each dd
-// write into a gap between two of them; once every dd waits for its write
-// it thaws the file system. It returns the dd processes, ended. Whether a
+// freezes the file system behind lp, fills the loop device's driver queue
+// with direct writes of its own (from byte base on), queues one more write
+// for each dd behind them in mq-deadline, and has each dd write the block
+// right after one of those; once every dd waits for its write it thaws
+// the file system. It returns the dd processes, ended. Whether a
 // write merged is the kernel's call: on a loaded machine the queue may not
 // form in time, and a test tries again.
 func MergeWrites(t testing.TB, lp Loop, dir string, copies int, base int64) []*exec.Cmd {
@@ -97,26 +97,40 @@ func MergeWrites(t testing.TB, lp Loop, dir string, copies int, base int64) []*e
 		}
 	}
 	defer thaw()
-	const fillers = 300 // the loop device's queue depth is 128
+	// First more writes than the loop device's driver queue holds (128):
+	// with the file system frozen they stay in it, and the next writes
+	// wait in mq-deadline, where bios merge into them.
 	var fill sync.WaitGroup
 	defer fill.Wait()
-	for i := range fillers {
+	write := func(block int64) {
 		fill.Add(1)
 		go func() {
 			defer fill.Done()
-			f.WriteAt(buf, base+int64(2*i)*4096)
+			f.WriteAt(buf, base+block*4096)
 		}()
 	}
-	// The fillers' writes queued: their threads wait for them.
-	deadline := time.Now().Add(5 * time.Second)
-	for threadsWaitingForIO() < fillers*9/10 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	waitBlocked := func(n int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for threadsWaitingForIO() < n && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
+	const blockers = 160
+	for i := range int64(blockers) {
+		write(2 * i)
+	}
+	waitBlocked(blockers * 9 / 10)
+	// Then a neighbour for each dd, queued behind them: dd k writes the
+	// block right after neighbour k's.
+	const neighbours = 1024
+	for k := range int64(copies) {
+		write(neighbours + 4*k)
+	}
+	waitBlocked(blockers*9/10 + copies)
 	var dds []*exec.Cmd
 	for k := range copies {
 		bin := filepath.Join(dir, fmt.Sprintf("dd-%d", k))
-		// Into the gap after a late filler, between two of them.
-		gap := base/4096 + 2*int64(fillers-2*copies+2*k) + 1
+		gap := base/4096 + neighbours + 4*int64(k) + 1
 		c := exec.Command(bin, "if=/dev/zero", "of="+lp.Dev, "bs=4096", "count=1", fmt.Sprintf("seek=%d", gap), "oflag=direct", "conv=notrunc", "status=none")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
