@@ -896,16 +896,24 @@ int BPF_PROG(account_io_issue, struct request *rq)
 	return 0;
 }
 
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+/* The request rq has ended: its I/O, if it was seen, goes to its
+ * submitter. Returns whether it was seen. */
+static __always_inline bool io_ended(struct request *rq)
 {
 	__u64 key = (__u64)rq;
 	struct io_start *io = bpf_map_lookup_elem(&io_inflight, &key);
 
 	if (!io)
-		return 0;
+		return false;
 	io_send(io, now_ns());
 	bpf_map_delete_elem(&io_inflight, &key);
+	return true;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	io_ended(rq);
 	return 0;
 }
 
@@ -920,17 +928,10 @@ int BPF_PROG(account_io_complete, struct request *rq, blk_status_t error, unsign
 SEC("tp_btf/block_rq_merge")
 int BPF_PROG(account_io_rq_merge, struct request *rq)
 {
-	__u64 key = (__u64)rq;
-	struct io_start *io = bpf_map_lookup_elem(&io_inflight, &key);
 	struct io_start merged = {};
 
-	if (!io) {
-		if (io_of_request(rq, &merged))
-			io_send(&merged, merged.ts);
-		return 0;
-	}
-	io_send(io, now_ns());
-	bpf_map_delete_elem(&io_inflight, &key);
+	if (!io_ended(rq) && io_of_request(rq, &merged))
+		io_send(&merged, merged.ts);
 	return 0;
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -40,32 +41,14 @@ func TestMergedIOIsChargedToItsSubmitter(t *testing.T) {
 		}
 		return res.Rows[0][0].(int64), res.Rows[0][1].(int64)
 	}
-	const attempts = 4
-	for attempt := 1; attempt <= attempts; attempt++ {
-		dds := testutil.MergeWrites(t, lp, dir, copies, int64(attempt-1)*4096)
-		testutil.WaitFor(t, 20*time.Second, func() bool {
-			for _, c := range dds {
-				if b, _ := io(c.Process.Pid); b < 4096 {
-					return false
-				}
-			}
-			return true
-		}, "4 KiB of I/O charged to every dd process")
-		merged := 0
-		for _, c := range dds {
-			b, m := io(c.Process.Pid)
-			if b != 4096 {
-				t.Errorf("%s (process %d): %d bytes of I/O, want 4096", filepath.Base(c.Path), c.Process.Pid, b)
-			}
-			if m > 0 {
-				merged++
-			}
+	testutil.UntilMerged(t, lp, dir, copies, func(pid int) bool {
+		b, _ := io(pid)
+		return b >= 4096
+	}, func(c *exec.Cmd) bool {
+		b, m := io(c.Process.Pid)
+		if b != 4096 {
+			t.Errorf("%s (process %d): %d bytes of I/O, want 4096", filepath.Base(c.Path), c.Process.Pid, b)
 		}
-		if merged > 0 {
-			t.Logf("attempt %d: %d of %d writes merged into queued requests, each charged", attempt, merged, copies)
-			return
-		}
-		t.Logf("attempt %d: no write merged", attempt)
-	}
-	t.Fatalf("in %d attempts no write of the %d merged into a queued request: the merge path was not exercised", attempts, copies)
+		return m > 0
+	})
 }

@@ -150,32 +150,9 @@ func TestMergedBioIsChargedToItsSubmitter(t *testing.T) {
 		}
 		return found
 	}
-	// On a loaded machine the queue may not form in time (every write
-	// then has a request of its own): the freeze and fill is tried again
-	// until some write merged.
-	const attempts = 4
-	for attempt := 1; attempt <= attempts; attempt++ {
-		dds := testutil.MergeWrites(t, lp, dir, copies, int64(attempt-1)*4096)
-		testutil.WaitFor(t, 20*time.Second, func() bool {
-			for _, c := range dds {
-				if sampleOf(c.Process.Pid) == nil {
-					return false
-				}
-			}
-			return true
-		}, "a blio sample of every dd process")
-		merged := 0
-		for _, c := range dds {
-			s := sampleOf(c.Process.Pid)
-			if s.Fields["latency_ns"] == nil {
-				merged++
-			}
-			t.Logf("attempt %d: %s (process %d): %v", attempt, filepath.Base(c.Path), c.Process.Pid, s.Fields)
-		}
-		if merged > 0 {
-			t.Logf("%d of %d writes merged into queued requests, each with its sample", merged, copies)
-			return
-		}
-	}
-	t.Fatalf("in %d attempts no write of the %d merged into a queued request: the merge path was not exercised", attempts, copies)
+	testutil.UntilMerged(t, lp, dir, copies, func(pid int) bool { return sampleOf(pid) != nil }, func(c *exec.Cmd) bool {
+		s := sampleOf(c.Process.Pid)
+		t.Logf("%s (process %d): %v", filepath.Base(c.Path), c.Process.Pid, s.Fields)
+		return s.Fields["latency_ns"] == nil
+	})
 }

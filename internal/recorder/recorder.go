@@ -202,11 +202,11 @@ type Recorder struct {
 	// recursion is each program's count of runs the kernel skipped, as
 	// last read (recursionMisses); r.ctlMu guards it.
 	recursion map[*ebpf.Program]uint64
-	reader   *ringbuf.Reader
-	kernel   *symbol.Kernel
-	procs    *symbol.Resolver
-	ncpu     int
-	meminfo  meminfo
+	reader    *ringbuf.Reader
+	kernel    *symbol.Kernel
+	procs     *symbol.Resolver
+	ncpu      int
+	meminfo   meminfo
 
 	// ctlMu guards what the control block is made of: the attached vitals,
 	// the generation, the seeds and the boosts. Run and SetEnabled both change it.

@@ -223,3 +223,38 @@ func CreateFile(t testing.TB, path string) string {
 	f.Close()
 	return path
 }
+
+// UntilMerged runs MergeWrites until some of the dd processes' writes
+// merged, at most four times (on a loaded machine a queue may not form in
+// time: every write then has a request of its own). Each time it waits,
+// up to 20 s, until seen says the process pid has its event, for every dd
+// process, and counts those whose write merged says merged (which may
+// also check the event, failing t). It fails t when no write ever merged:
+// the merge path was not exercised.
+func UntilMerged(t testing.TB, lp Loop, dir string, copies int, seen func(pid int) bool, merged func(c *exec.Cmd) bool) {
+	t.Helper()
+	const attempts = 4
+	for attempt := 1; attempt <= attempts; attempt++ {
+		dds := MergeWrites(t, lp, dir, copies, int64(attempt-1)*4096)
+		WaitFor(t, 20*time.Second, func() bool {
+			for _, c := range dds {
+				if !seen(c.Process.Pid) {
+					return false
+				}
+			}
+			return true
+		}, "an event of every dd process")
+		n := 0
+		for _, c := range dds {
+			if merged(c) {
+				n++
+			}
+		}
+		if n > 0 {
+			t.Logf("attempt %d: %d of %d writes merged into queued requests", attempt, n, copies)
+			return
+		}
+		t.Logf("attempt %d: no write merged", attempt)
+	}
+	t.Fatalf("in %d attempts no write of the %d merged into a queued request: the merge path was not exercised", attempts, copies)
+}
