@@ -10,6 +10,14 @@
 // file; other processes read through the recorder's API, or open the file
 // read-only when no recorder runs.
 //
+// DuckDB runs in an engine process (internal/engine), not in the
+// recorder's: the writer's process starts for a commit, the retention or
+// the online analysis and ends a couple of seconds after its last
+// connection closes, checkpointing the write-ahead log first if it grew
+// past 1 MiB, so between epochs neither DuckDB's code nor its memory is
+// resident. The data directory is locked (flock) while a store is open
+// for writing, so that two recorders never share one.
+//
 // An existing store is checked before it is opened for writing, and not
 // written to at all if it fails (verify.go): its write-ahead log must be
 // DuckDB's, every row must read back, and the file system must have room.

@@ -16,8 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/holter-dev/holter/internal/engine"
 )
 
 // Storage faults. A write that fails because the file system cannot take
@@ -25,7 +26,7 @@ import (
 // file going away (deleted, replaced, or its file system unmounted): the
 // DuckDB instance is closed at once, without a checkpoint, since one whose
 // commit failed midway is not fit to go on (with DuckDB 1.4.3 the next
-// transaction on it can crash the process). While the fault lasts every write fails at once with
+// transaction on it can crash its process). While the fault lasts every write fails at once with
 // ErrUnavailable, and queries with it too. At most every faultRetry a
 // write first checks that the store's own file is in place, and its file
 // system writable with room, and then opens the store again: the fault has
@@ -116,15 +117,17 @@ type health struct {
 	ino  uint64
 	fsid unix.Fsid
 	logf func(format string, args ...any)
-	// walSkipped is WALTruncationsSkipped as the last fault was logged.
+	// walSkipped is engine.WALTruncationsSkipped as the last fault was
+	// logged.
 	walSkipped uint64
 }
 
-// instance is one DuckDB instance of the store's file: the writer's pool
-// and the connector each query makes a connection of its own from.
+// instance is one DuckDB instance of the store's file, in an engine
+// process: the writer's pool and the connector each query makes a
+// connection of its own from.
 type instance struct {
 	db        *sql.DB
-	connector *duckdb.Connector
+	connector *engine.Connector
 	// queryConns counts the queries' connections open on it: they keep
 	// the instance, and its lock on the file, alive after db is closed.
 	queryConns atomic.Int64
@@ -399,7 +402,7 @@ func (s *Store) fault(kind string, err error) {
 	h.FailedWrites++
 	s.health.lastTry = time.Now()
 	wal := ""
-	if n := WALTruncationsSkipped(); n != s.health.walSkipped {
+	if n := engine.WALTruncationsSkipped(); n != s.health.walSkipped {
 		s.health.walSkipped = n
 		wal = " (the failed commit's log could not be cut off the write-ahead log: it is read again, and checked, when the store opens)"
 	}
@@ -466,8 +469,8 @@ func (s *Store) recover() error {
 	if err := checkWAL(s.path); err != nil {
 		return err
 	}
-	// Two instances of one file in a process must not overlap: closing
-	// the old one's file would drop the new one's lock.
+	// The closed instance's queries end first: they would otherwise fail
+	// on the new one's process midway.
 	if n := s.db.busy(); n > 0 {
 		return fmt.Errorf("waiting for %d connections of the closed store to end", n)
 	}
@@ -523,9 +526,15 @@ func outOfMemory(err error) bool {
 
 // storageFault says what kind of storage failure err is, or "" when it is
 // not one (a constraint violation, a cancelled context). DuckDB reports
-// I/O failures as text within its error types.
+// I/O failures as text within its error types. An engine process that
+// ended under a write is a fault too: what it wrote is read back from the
+// file, and checked, once a new one opens it.
 func storageFault(err error) string {
-	var de *duckdb.Error
+	var ee *engine.ExitedError
+	if errors.As(err, &ee) {
+		return "database process ended"
+	}
+	var de *engine.Error
 	if !errors.As(err, &de) {
 		switch {
 		case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
@@ -543,7 +552,7 @@ func storageFault(err error) string {
 		return "disk full"
 	case strings.Contains(msg, "Read-only file system"):
 		return "read-only file system"
-	case de.Type == duckdb.ErrorTypeIO, de.Type == duckdb.ErrorTypeFatal, strings.Contains(msg, "Failed to commit"),
+	case de.Type == engine.ErrorTypeIO, de.Type == engine.ErrorTypeFatal, strings.Contains(msg, "Failed to commit"),
 		strings.Contains(msg, "invalidated"):
 		return "I/O error"
 	}

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
+	"github.com/holter-dev/holter/internal/engine"
 )
 
 // Cell renders one value the way the table and CSV outputs show it.
@@ -101,7 +101,7 @@ func (r *Result) WriteJSON(w io.Writer) error {
 // strings, a DECIMAL its exact number.
 func jsonValue(v any) any {
 	switch x := v.(type) {
-	case duckdb.Decimal:
+	case engine.Decimal:
 		return json.Number(x.String())
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {

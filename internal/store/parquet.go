@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/duckdb/duckdb-go/v2"
+	"github.com/holter-dev/holter/internal/engine"
 )
 
 // Parquet exports. A query's rows are written to a Parquet file by
@@ -55,7 +55,7 @@ func (s *Store) ExportParquet(ctx context.Context, query string) (path string, r
 	}
 	defer done()
 	defer dc.Close()
-	conn, ok := dc.(*duckdb.Conn)
+	conn, ok := dc.(queryConn)
 	if !ok {
 		return "", 0, fmt.Errorf("export: unexpected driver connection %T", dc)
 	}
@@ -83,12 +83,12 @@ func (s *Store) ExportParquet(ctx context.Context, query string) (path string, r
 	if err != nil {
 		return "", 0, s.exportFailed(ctx, fmt.Errorf("query: %w", err))
 	}
-	t, err := stmt.(*duckdb.Stmt).StatementType()
+	t, err := statementType(stmt)
 	stmt.Close()
 	if err != nil {
 		return "", 0, fmt.Errorf("export: %w", err)
 	}
-	if t != duckdb.STATEMENT_TYPE_COPY {
+	if t != engine.StatementCopy {
 		return "", 0, fmt.Errorf("export: the statement prepared is not a COPY: %w", ErrNotReadOnly)
 	}
 	defer func() {
@@ -96,8 +96,7 @@ func (s *Store) ExportParquet(ctx context.Context, query string) (path string, r
 			os.Remove(file)
 		}
 	}()
-	var res driver.Rows
-	s.atQueryPriority(func() { res, err = conn.QueryContext(ctx, copyText, nil) })
+	res, err := conn.QueryContext(s.atQueryPriority(ctx), copyText, nil)
 	if err != nil {
 		return "", 0, s.exportFailed(ctx, fmt.Errorf("export: %w", err))
 	}

@@ -3,17 +3,14 @@ package store
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
-	"runtime"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
-	"golang.org/x/sys/unix"
+	"github.com/holter-dev/holter/internal/engine"
 )
 
 // ErrBusy is returned when MaxQueries queries run and none ended within
@@ -81,7 +78,7 @@ type Rows struct {
 	bytes     int64
 	truncated bool
 	err       error
-	budget    *resultBudget
+	budgeted  bool
 	release   func()
 }
 
@@ -148,13 +145,13 @@ func (r *Rows) start(s *Store, query string, internal bool, args []any) error {
 		return fmt.Errorf("query: %w", err)
 	}
 	r.conn, r.connDone = dc, done
-	conn, ok := dc.(*duckdb.Conn)
+	conn, ok := dc.(queryConn)
 	if !ok {
 		return fmt.Errorf("query: unexpected driver connection %T", dc)
 	}
 	var p passed
 	if internal {
-		p = passed{run: budgeted(query, s.opts.MaxResultRows), want: duckdb.STATEMENT_TYPE_SELECT, budgeted: true}
+		p = passed{run: budgeted(query, s.opts.MaxResultRows), want: engine.StatementSelect, budgeted: true}
 	} else if p, err = s.sandbox(r.ctx, conn, query); err != nil {
 		return r.failed(err)
 	}
@@ -165,7 +162,7 @@ func (r *Rows) start(s *Store, query string, internal bool, args []any) error {
 	if err != nil {
 		return r.failed(fmt.Errorf("query: %w", err))
 	}
-	t, err := stmt.(*duckdb.Stmt).StatementType()
+	t, err := statementType(stmt)
 	stmt.Close()
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
@@ -177,15 +174,14 @@ func (r *Rows) start(s *Store, query string, internal bool, args []any) error {
 	for i, a := range args {
 		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
 	}
-	ctx := r.ctx
+	ctx := s.atQueryPriority(r.ctx)
 	if p.budgeted {
-		r.budget = &resultBudget{left: r.maxBytes}
-		ctx = context.WithValue(ctx, resultBudgetKey{}, r.budget)
+		r.budgeted = true
+		ctx = engine.WithResultBudget(ctx, r.maxBytes)
 	}
-	// The connection's QueryContext, not the statement's: it gives ctx
-	// to budgetFunction.
-	var rows driver.Rows
-	s.atQueryPriority(func() { rows, err = conn.QueryContext(ctx, p.run, named) })
+	// The connection's QueryContext, not the statement's: it gives the
+	// budget to engine.BudgetFunction.
+	rows, err := conn.QueryContext(ctx, p.run, named)
 	if err != nil {
 		return r.failed(fmt.Errorf("query: %w", err))
 	}
@@ -202,93 +198,38 @@ func (r *Rows) start(s *Store, query string, internal bool, args []any) error {
 	return nil
 }
 
-// budgetFunction is the function through which budgeted queries pass
-// the size of each row, its values as text: true while the rows so far fit
-// in the query's resultBudget, false after, which leaves the rows out of
-// the answer DuckDB holds. Given the size rather than the values, it never
-// meets a type the driver cannot read. It is registered in the catalog at
-// Open; a query calling it itself is refused.
-const budgetFunction = "holter_result_budget"
-
-// rowOverhead is what a row costs beyond its values' text.
-const rowOverhead = 16
-
-type resultBudgetKey struct{}
-
-// resultBudget is what is left of one query's byte limit; DuckDB calls
-// budgetFunction on the query's own thread (threads = 1).
-type resultBudget struct {
-	left int64
-	over bool
+// queryConn is what a query needs of its connection: an engine's.
+type queryConn interface {
+	driver.Conn
+	driver.QueryerContext
 }
 
-type budgetUDF struct{}
-
-func (budgetUDF) Config() duckdb.ScalarFuncConfig {
-	size, _ := duckdb.NewTypeInfo(duckdb.TYPE_BIGINT)
-	ok, _ := duckdb.NewTypeInfo(duckdb.TYPE_BOOLEAN)
-	return duckdb.ScalarFuncConfig{InputTypeInfos: []duckdb.TypeInfo{size}, ResultTypeInfo: ok, Volatile: true, SpecialNullHandling: true}
-}
-
-func (budgetUDF) Executor() duckdb.ScalarFuncExecutor {
-	return duckdb.ScalarFuncExecutor{RowContextExecutor: func(ctx context.Context, row []driver.Value) (any, error) {
-		b, _ := ctx.Value(resultBudgetKey{}).(*resultBudget)
-		if b == nil || b.over {
-			return b == nil, nil
-		}
-		size, _ := row[0].(int64)
-		b.left -= size + rowOverhead
-		b.over = b.left < 0
-		return !b.over, nil
-	}}
-}
-
-// registerBudget adds budgetFunction to the catalog, unless this process
-// opened the database before (DuckDB keeps one instance per file).
-func registerBudget(db *sql.DB) error {
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		return err
+// statementType is the type of a statement an engine connection prepared.
+func statementType(st driver.Stmt) (engine.StmtType, error) {
+	typed, ok := st.(interface {
+		StatementType() (engine.StmtType, error)
+	})
+	if !ok {
+		return 0, fmt.Errorf("unexpected statement %T", st)
 	}
-	defer conn.Close()
-	var have bool
-	if err := conn.QueryRowContext(context.Background(), `SELECT count(*) > 0 FROM duckdb_functions() WHERE function_name = $1`,
-		budgetFunction).Scan(&have); err != nil || have {
-		return err
-	}
-	if err := duckdb.RegisterScalarUDF(conn, budgetFunction, budgetUDF{}); err != nil {
-		return fmt.Errorf("register %s: %w", budgetFunction, err)
-	}
-	return nil
+	return typed.StatementType()
 }
 
-// queryNice is the nice value of the threads running queries: DuckDB
-// runs a query on the thread that calls it (threads = 1), and there it
-// competes for the CPU with the recorder's commits at a tenth of their
-// weight rather than as an equal.
+// queryNice is the nice value queries run at: DuckDB runs a query on the
+// thread that calls it (threads = 1), and there it competes for the CPU
+// with the recorder's commits at a tenth of their weight rather than as
+// an equal.
 const queryNice = 10
 
-// atQueryPriority runs fn on an OS thread of its own at queryNice. The
-// thread ends with fn (its goroutine exits locked to it), so the lower
-// priority stays with it: raising it back would need CAP_SYS_NICE. A store
-// opened read-only (a command reading a recording no recorder holds)
-// commits nothing its queries could hold up: fn runs at the caller's
-// priority, as the user asked for it.
-func (s *Store) atQueryPriority(fn func()) {
+// atQueryPriority is ctx for a query run at queryNice in the engine
+// process. A store opened read-only (a command reading a recording no
+// recorder holds) commits nothing its queries could hold up: they run at
+// the caller's priority, as the user asked for them.
+func (s *Store) atQueryPriority(ctx context.Context) context.Context {
 	if s.readOnly {
-		fn()
-		return
+		return ctx
 	}
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer close(done)
-		// Lowering one's priority is always allowed; should it fail,
-		// the query runs at the recorder's.
-		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), queryNice)
-		fn()
-	}()
-	<-done
+	return engine.WithNice(ctx, queryNice)
 }
 
 // failed is err, or the time limit's error when the query ran out of time.
@@ -313,7 +254,8 @@ func (r *Rows) Next() bool {
 	if err == io.EOF {
 		// The rows past the byte budget were left out before the first
 		// was read: DuckDB makes the whole answer first.
-		r.truncated = r.budget != nil && r.budget.over
+		over, _ := r.rows.(interface{ Over() bool })
+		r.truncated = r.budgeted && over != nil && over.Over()
 		return false
 	}
 	if err != nil {
@@ -392,7 +334,7 @@ func valueBytes(v any) int64 {
 			n += header + int64(len(k)) + valueBytes(e)
 		}
 		return n
-	case duckdb.Map:
+	case engine.Map:
 		n := int64(header)
 		for k, e := range x {
 			n += valueBytes(k) + valueBytes(e)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holter-dev/holter/internal/engine"
 	"golang.org/x/sys/unix"
 )
 
@@ -216,8 +218,9 @@ func TestCloseStopsQueries(t *testing.T) {
 }
 
 // TestReadOnlyQueriesRunAtTheCallersPriority: the recorder's store runs
-// its queries on threads at queryNice, below its commits; a store opened
-// read-only, which commits nothing, runs them at the caller's priority.
+// its queries on threads at queryNice in its engine process, below its
+// commits; a store opened read-only, which commits nothing, runs them at
+// the caller's priority.
 func TestReadOnlyQueriesRunAtTheCallersPriority(t *testing.T) {
 	// getpriority(2) gives 20 - nice.
 	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err != nil || 20-prio >= queryNice {
@@ -228,26 +231,29 @@ func TestReadOnlyQueriesRunAtTheCallersPriority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// nicedThreads are this process's threads at queryNice.
+	// nicedThreads are the engine processes' threads at queryNice.
 	nicedThreads := func() map[string]bool {
 		out := map[string]bool{}
-		tasks, _ := os.ReadDir("/proc/self/task")
-		for _, task := range tasks {
-			stat, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			// Fields after the command's parenthesis, from the third
-			// (state); the nice value is the nineteenth.
-			fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-			if len(fields) > 16 && fields[16] == strconv.Itoa(queryNice) {
-				out[task.Name()] = true
+		for _, pid := range engine.Pids() {
+			dir := fmt.Sprintf("/proc/%d/task/", pid)
+			tasks, _ := os.ReadDir(dir)
+			for _, task := range tasks {
+				stat, err := os.ReadFile(dir + task.Name() + "/stat")
+				if err != nil {
+					continue
+				}
+				// Fields after the command's parenthesis, from the
+				// third (state); the nice value is the nineteenth.
+				fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+				if len(fields) > 16 && fields[16] == strconv.Itoa(queryNice) {
+					out[dir+task.Name()] = true
+				}
 			}
 		}
 		return out
 	}
-	// niced says whether a thread of this process not at queryNice before
-	// is at queryNice while an endless query runs on st.
+	// niced says whether a thread of an engine process not at queryNice
+	// before is at queryNice while an endless query runs on st.
 	niced := func(st *Store) bool {
 		t.Helper()
 		before := nicedThreads()

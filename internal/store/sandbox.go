@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/duckdb/duckdb-go/v2"
+	"github.com/holter-dev/holter/internal/engine"
 )
 
 // The read-only sandbox. A query is checked before anything of it runs,
@@ -97,9 +97,9 @@ func sideEffectFunctions(db *sql.DB) (map[string]bool, error) {
 		if err := rows.Scan(&name); err != nil {
 			return nil, fmt.Errorf("list functions with side effects: %w", err)
 		}
-		// budgetFunction, the store's own, is allowed in the bounded
+		// engine.BudgetFunction, the store's own, is allowed in the bounded
 		// form alone (checkFunctions).
-		if !harmlessSideEffects[name] && name != budgetFunction {
+		if !harmlessSideEffects[name] && name != engine.BudgetFunction {
 			out[name] = true
 		}
 	}
@@ -111,7 +111,7 @@ func sideEffectFunctions(db *sql.DB) (map[string]bool, error) {
 // A text passed once passes again (the check depends on nothing else), so
 // the texts that passed are remembered: the API's queries repeat, with
 // other arguments, and the check costs as much as a small query.
-func (s *Store) sandbox(ctx context.Context, conn *duckdb.Conn, query string) (passed, error) {
+func (s *Store) sandbox(ctx context.Context, conn driver.Conn, query string) (passed, error) {
 	s.passedMu.Lock()
 	p, ok := s.passed[query]
 	s.passedMu.Unlock()
@@ -126,9 +126,9 @@ func (s *Store) sandbox(ctx context.Context, conn *duckdb.Conn, query string) (p
 		return passed{}, err
 	}
 	if explain != "" {
-		p = passed{run: explain + " " + body, want: duckdb.STATEMENT_TYPE_EXPLAIN}
+		p = passed{run: explain + " " + body, want: engine.StatementExplain}
 	} else {
-		p = passed{run: budgeted(body, s.opts.MaxResultRows), want: duckdb.STATEMENT_TYPE_SELECT, budgeted: true}
+		p = passed{run: budgeted(body, s.opts.MaxResultRows), want: engine.StatementSelect, budgeted: true}
 		// What runs is checked as what was sent: a mistake in the
 		// wrapping is an error, never another statement.
 		if err := s.checkSelect(ctx, conn, p.run, true); err != nil {
@@ -146,10 +146,10 @@ func (s *Store) sandbox(ctx context.Context, conn *duckdb.Conn, query string) (p
 
 // passed is a text the sandbox let through: what to run for it, the type
 // of statement that must prepare, and whether its rows go through
-// budgetFunction.
+// engine.BudgetFunction.
 type passed struct {
 	run      string
-	want     duckdb.StmtType
+	want     engine.StmtType
 	budgeted bool
 }
 
@@ -157,14 +157,14 @@ type passed struct {
 const maxPassed = 512
 
 // budgeted is a query whose rows DuckDB stops making past maxRows rows or
-// the byte budget of budgetFunction: it holds a query's whole answer
+// the byte budget of engine.BudgetFunction: it holds a query's whole answer
 // before the first row is read, outside its memory limit. The query is a
 // subquery (column names repeated in it get a suffix), ended by a newline
 // against a closing comment and stripped of the semicolons after it; a
-// projection, not a filter, calls budgetFunction, so that DuckDB does not
+// projection, not a filter, calls engine.BudgetFunction, so that DuckDB does not
 // move it below the query's ORDER BY.
 func budgeted(query string, maxRows int) string {
-	return "SELECT * EXCLUDE (holter_within_budget) FROM (SELECT *, " + budgetFunction +
+	return "SELECT * EXCLUDE (holter_within_budget) FROM (SELECT *, " + engine.BudgetFunction +
 		"(strlen(concat_ws('', *COLUMNS(*)))) AS holter_within_budget FROM (\n" +
 		trimSemicolons(query) + "\n)) WHERE holter_within_budget LIMIT " + strconv.Itoa(maxRows+1)
 }
@@ -191,8 +191,8 @@ type serialized struct {
 }
 
 // checkSelect passes text of one SELECT statement calling no function the
-// sandbox refuses; budget allows budgetFunction, which the store adds.
-func (s *Store) checkSelect(ctx context.Context, conn *duckdb.Conn, text string, budget bool) error {
+// sandbox refuses; budget allows engine.BudgetFunction, which the store adds.
+func (s *Store) checkSelect(ctx context.Context, conn driver.Conn, text string, budget bool) error {
 	out, err := parseOnly(ctx, conn, text)
 	if err != nil {
 		return fmt.Errorf("query: parse: %w", err)
@@ -224,13 +224,17 @@ func (s *Store) checkSelect(ctx context.Context, conn *duckdb.Conn, text string,
 }
 
 // parseOnly is json_serialize_sql of text, run on conn.
-func parseOnly(ctx context.Context, conn *duckdb.Conn, text string) (string, error) {
+func parseOnly(ctx context.Context, conn driver.Conn, text string) (string, error) {
 	stmt, err := conn.Prepare(`SELECT json_serialize_sql($1::VARCHAR, skip_null := true, skip_empty := true)::VARCHAR`)
 	if err != nil {
 		return "", err
 	}
 	defer stmt.Close()
-	rows, err := stmt.(*duckdb.Stmt).QueryContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: text}})
+	q, ok := stmt.(driver.StmtQueryContext)
+	if !ok {
+		return "", fmt.Errorf("unexpected statement %T", stmt)
+	}
+	rows, err := q.QueryContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: text}})
 	if err != nil {
 		return "", err
 	}
@@ -270,7 +274,7 @@ func (s *Store) checkFunctions(node any, budget bool) error {
 			}
 		}
 		if name, ok := n["function_name"].(string); ok {
-			if lower := asciiLower(name); s.sideEffects[lower] || lower == budgetFunction && !budget {
+			if lower := asciiLower(name); s.sideEffects[lower] || lower == engine.BudgetFunction && !budget {
 				return fmt.Errorf("query: function %s(): %w", name, ErrNotReadOnly)
 			}
 		}

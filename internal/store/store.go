@@ -8,7 +8,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/holter-dev/holter/internal/engine"
 )
 
 // FileName is the database file inside the data directory.
@@ -100,7 +101,11 @@ func (o *Options) withDefaults() Options {
 // from the same connector and closed after it, so no query waits for,
 // holds or leaves state on a connection the recorder commits through.
 type Store struct {
-	db       *handle
+	db *handle
+	// lock is the data directory, locked while the store is open: its
+	// engine process, and with it DuckDB's own lock on the file, comes
+	// and goes.
+	lock     *os.File
 	path     string
 	readOnly bool
 	opts     Options
@@ -144,7 +149,7 @@ type Store struct {
 // An existing file is never overwritten, and not written at all unless it
 // passed the checks of verify.go: if it cannot be opened the error says so
 // and the file is left as it was.
-func Open(dir string, opts *Options) (*Store, error) {
+func Open(dir string, opts *Options) (st *Store, err error) {
 	if opts == nil {
 		opts = &Options{}
 	}
@@ -164,6 +169,15 @@ func Open(dir string, opts *Options) (*Store, error) {
 	} else if err := checkWritableDir(dir); err != nil {
 		return nil, err
 	}
+	lock, err := lockStore(dir, !o.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	existed := fileHasData(path)
 	if existed {
 		if err := checkWAL(path); err != nil {
@@ -192,7 +206,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, openError(path, existed, err)
 	}
 	db := inst.db
-	s := &Store{db: newHandle(inst), path: path, readOnly: o.ReadOnly, opts: o,
+	s := &Store{db: newHandle(inst), lock: lock, path: path, readOnly: o.ReadOnly, opts: o,
 		queries: make(chan struct{}, o.MaxQueries), passed: map[string]passed{},
 		knownStacks: map[uint64]struct{}{}, knownExes: map[string]struct{}{}, kept: map[string]*lastCommit{}}
 	s.closing, s.close = context.WithCancel(context.Background())
@@ -222,48 +236,62 @@ func Open(dir string, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// openInstance opens a DuckDB instance of the file at path, configured
-// (dsnConfig), with the function budgeted queries call registered.
-// Closing it does not checkpoint: an instance closed for a storage fault
-// (fault.go) must write nothing more; Close checkpoints a healthy one.
+// openInstance starts a DuckDB engine process (internal/engine) on the
+// file at path, configured (dsnConfig), with the function budgeted
+// queries call registered. Closing it does not checkpoint: an instance
+// closed for a storage fault (fault.go) must write nothing more; Close
+// checkpoints a healthy one.
+//
+// A writer's engine process ends once no connection has been open for
+// engineLinger, checkpointing its log if it grew past checkpointAbove, and
+// the next connection starts another: between the recorder's epochs
+// neither DuckDB's code nor its memory is in the host's RAM. A read-only
+// store keeps its process until it is closed.
 func openInstance(path string, o *Options) (*instance, error) {
-	connector, err := duckdb.NewConnector(path+"?"+dsnConfig(filepath.Dir(path), o).Encode(), nil)
+	// Queries must not reach files or the network, and nothing may change
+	// the settings after this (lock_configuration); DuckDB refuses the
+	// first at open with a temp_directory set, so both come once it is
+	// open. The export directory alone stays open, for the store's own
+	// COPY (parquet.go).
+	var init []string
+	if o.ExportDir != "" {
+		init = append(init, "SET allowed_directories = ['"+strings.ReplaceAll(filepath.Clean(o.ExportDir)+"/", "'", "''")+"']")
+	}
+	init = append(init,
+		"SET enable_external_access = false",
+		"PRAGMA disable_checkpoint_on_shutdown",
+		"SET lock_configuration = true",
+	)
+	eo := engine.Options{Path: path, Config: dsnConfig(filepath.Dir(path), o), Init: init,
+		Functions: []string{"store"}, CheckpointAbove: -1, Logf: o.Logf}
+	if !o.ReadOnly {
+		eo.Linger, eo.CheckpointAbove = engineLinger, checkpointAbove
+	}
+	connector, err := engine.NewConnector(eo)
 	if err != nil {
 		return nil, err
 	}
 	db := sql.OpenDB(connector)
 	// The recorder's commits, its retention and analysis share these;
-	// users' queries never do.
+	// users' queries never do. An idle one is closed within a couple of
+	// seconds, so that the engine process can end.
 	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(2)
+	db.SetConnMaxIdleTime(time.Second)
 	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, err
 	}
-	if err := registerBudget(db); err != nil {
-		db.Close()
-		return nil, err
-	}
-	// Queries must not reach files or the network, and nothing may change
-	// the settings after this (lock_configuration); DuckDB refuses the
-	// first at open with a temp_directory set, so both come now. The
-	// export directory alone stays open, for the store's own COPY
-	// (parquet.go).
-	var allow []string
-	if o.ExportDir != "" {
-		allow = append(allow, "SET allowed_directories = ['"+strings.ReplaceAll(filepath.Clean(o.ExportDir)+"/", "'", "''")+"']")
-	}
-	for _, stmt := range append(allow,
-		"SET enable_external_access = false",
-		"PRAGMA disable_checkpoint_on_shutdown",
-		"SET lock_configuration = true",
-	) {
-		if _, err := db.Exec(stmt); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("open store: %s: %w", stmt, err)
-		}
-	}
 	return &instance{db: db, connector: connector}, nil
 }
+
+// engineLinger is how long a writer's engine process outlives its last
+// connection; checkpointAbove the log it leaves unwritten into the file
+// when it ends, which the next process reads again at its start.
+const (
+	engineLinger    = 2 * time.Second
+	checkpointAbove = 1 << 20
+)
 
 // dsnConfig is DuckDB's configuration, given at open so that it holds
 // before DuckDB reads the file (a file with another database's header
@@ -272,35 +300,54 @@ func openInstance(path string, o *Options) (*instance, error) {
 // under the data directory that holter never creates, so nothing is
 // fetched from the network or written under HOME. DuckDB may cache
 // memoryLimit and spill up to MaxTempBytes into the temp directory under
-// the data directory; it runs its work on the calling thread, where the
-// recorder can measure it (see recorder's budget), rather than on a pool
-// of its own.
-func dsnConfig(dir string, o *Options) url.Values {
-	v := url.Values{
-		"autoinstall_known_extensions": {"false"},
-		"autoload_known_extensions":    {"false"},
-		"allow_community_extensions":   {"false"},
-		"extension_directory":          {filepath.Join(dir, "duckdb-extensions")},
-		"temp_directory":               {filepath.Join(dir, FileName+".tmp")},
-		"max_temp_directory_size":      {fmt.Sprintf("%dB", o.MaxTempBytes)},
-		"memory_limit":                 {o.memoryLimit},
-		"threads":                      {"1"},
+// the data directory; it runs its work on the calling thread rather than
+// on a pool of its own.
+func dsnConfig(dir string, o *Options) map[string]string {
+	v := map[string]string{
+		"autoinstall_known_extensions": "false",
+		"autoload_known_extensions":    "false",
+		"allow_community_extensions":   "false",
+		"extension_directory":          filepath.Join(dir, "duckdb-extensions"),
+		"temp_directory":               filepath.Join(dir, FileName+".tmp"),
+		"max_temp_directory_size":      fmt.Sprintf("%dB", o.MaxTempBytes),
+		"memory_limit":                 o.memoryLimit,
+		"threads":                      "1",
 		// DuckDB's jemalloc keeps what a task freed until its peak passes
-		// the flush threshold (128 MB by default): the recorder's commits
-		// and online analysis free a few MB each, which stayed resident.
-		// Flushed past 4 MB and purged by jemalloc's background thread,
-		// a recorder on a host with churn held 127 MiB instead of 149
-		// (bench/footprint.sh, 8 minutes, at no cost in CPU measured).
-		"allocator_flush_threshold":    {"4MB"},
-		"allocator_background_threads": {"true"},
+		// the flush threshold (128 MB by default): flushed past 4 MB and
+		// purged by jemalloc's background thread, a long-lived engine's
+		// commits and analysis do not leave their few MB each resident.
+		"allocator_flush_threshold":    "4MB",
+		"allocator_background_threads": "true",
 	}
 	if o.checkpointThreshold != "" {
-		v.Set("checkpoint_threshold", o.checkpointThreshold)
+		v["checkpoint_threshold"] = o.checkpointThreshold
 	}
 	if o.ReadOnly {
-		v.Set("access_mode", "READ_ONLY")
+		v["access_mode"] = "READ_ONLY"
 	}
 	return v
+}
+
+// lockStore locks the data directory dir for the store in it: exclusive
+// for a writer, shared for readers. Another process holding it is
+// ErrLocked.
+func lockStore(dir string, exclusive bool) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open store: lock %s: %w", dir, err)
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("open store in %s: %w (another process has it open)", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("open store: lock %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 func fileHasData(path string) bool {
@@ -468,7 +515,9 @@ func (s *Store) Close() error {
 	if !s.readOnly && s.failing() == nil {
 		s.db.Exec("CHECKPOINT")
 	}
-	return s.db.Close()
+	err := s.db.Close()
+	s.lock.Close()
+	return err
 }
 
 // NextEpoch returns the number the next epoch of host should get: one past
@@ -794,7 +843,7 @@ func appendRows(conn driver.Conn, table string, n int, row func(int) []driver.Va
 	if n == 0 {
 		return nil
 	}
-	a, err := duckdb.NewAppenderFromConn(conn, "", table)
+	a, err := engine.NewAppender(conn, "", table)
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", table, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/duckdb/duckdb-go/v2"
+	"github.com/holter-dev/holter/internal/engine"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,7 +95,7 @@ func checkWAL(dbPath string) error {
 // every row of every table.
 func verifyExisting(path string) error {
 	o := (&Options{ReadOnly: true}).withDefaults()
-	connector, err := duckdb.NewConnector(path+"?"+dsnConfig(filepath.Dir(path), &o).Encode(), nil)
+	connector, err := engine.NewConnector(engine.Options{Path: path, Config: dsnConfig(filepath.Dir(path), &o), CheckpointAbove: -1})
 	if err != nil {
 		return verifyError(path, err)
 	}

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sort"
 	"strings"
+
+	"github.com/holter-dev/holter/internal/hist"
 )
 
 // group is one group's aggregate state, whoever fills it: the probe's
@@ -192,19 +193,9 @@ func (g *group) finish(a *Agg, i int, decodeStack func(id int64, user bool, pid 
 		}
 		return (float64(g.sums[i]) + g.fsums[i]) / float64(n)
 	case AggHist, AggLHist:
-		var bs []int64
-		for b := range g.hist[i] {
-			bs = append(bs, b)
-		}
-		sort.Slice(bs, func(x, y int) bool { return bs[x] < bs[y] })
-		out := []any{}
-		for _, b := range bs {
-			lo, hi := bucketBounds(a, b)
-			out = append(out, map[string]any{"lo": lo, "hi": hi, "count": int64(g.hist[i][b])})
-		}
-		return out
+		return a.histSpec().Rows(g.hist[i])
 	case AggQuantile:
-		return quantile(g.hist[i], a.Q)
+		return hist.Quantile(g.hist[i], a.Q)
 	case AggDistinct:
 		if g.bits[i] == nil {
 			return int64(0)
@@ -266,91 +257,17 @@ func finishAll(aggs []*Agg, gs []*group, value func(a *Agg, g *group, i int) any
 	return rows
 }
 
+// histSpec is the bucketing of a histogram aggregate: hist's, lhist's,
+// or the log-linear one of quantiles.
+func (a *Agg) histSpec() hist.Spec {
+	switch a.Kind {
+	case AggHist:
+		return hist.Spec{Kind: hist.Log2}
+	case AggLHist:
+		return hist.Spec{Kind: hist.Linear, Min: a.Min, Step: a.Step, Buckets: a.Buckets}
+	}
+	return hist.Spec{Kind: hist.LogLinear}
+}
+
 // bucketOf is the bucket the probe's code (gen.bucket) gives v.
-func (a *Agg) bucketOf(v int64) int64 {
-	switch a.Kind {
-	case AggHist:
-		if v <= 0 {
-			return 0
-		}
-		return int64(bits.Len64(uint64(v)))
-	case AggLHist:
-		if v < a.Min {
-			return 0
-		}
-		b := int64(uint64(v-a.Min)/uint64(a.Step)) + 1
-		if b > a.Buckets {
-			return a.Buckets + 1
-		}
-		return b
-	}
-	switch {
-	case v < 0:
-		return 0
-	case v < 4:
-		return v
-	}
-	m := int64(bits.Len64(uint64(v))) - 1
-	return 4*(m-1) + (v>>(m-2))&3
-}
-
-// bucketBounds gives the value range [lo, hi) of a bucket.
-func bucketBounds(a *Agg, b int64) (lo, hi int64) {
-	switch a.Kind {
-	case AggHist:
-		if b == 0 {
-			return math.MinInt64, 1
-		}
-		lo = int64(1) << (b - 1)
-		if b >= 63 {
-			return lo, math.MaxInt64
-		}
-		return lo, int64(1) << b
-	case AggLHist:
-		if b == 0 {
-			return math.MinInt64, a.Min
-		}
-		if b > a.Buckets {
-			return a.Min + a.Buckets*a.Step, math.MaxInt64
-		}
-		lo = a.Min + (b-1)*a.Step
-		return lo, lo + a.Step
-	}
-	// log-linear
-	if b < 4 {
-		return b, b + 1
-	}
-	p, m := b/4+1, b%4
-	lo = (4 + m) << (p - 2)
-	return lo, (5 + m) << (p - 2)
-}
-
-// quantile interpolates linearly inside the log-linear bucket holding q.
-func quantile(h map[int64]uint64, q float64) any {
-	var total uint64
-	var bs []int64
-	for b, c := range h {
-		total += c
-		bs = append(bs, b)
-	}
-	if total == 0 {
-		return nil
-	}
-	sort.Slice(bs, func(i, j int) bool { return bs[i] < bs[j] })
-	rank := q * float64(total)
-	var cum float64
-	qa := &Agg{Kind: AggQuantile}
-	for _, b := range bs {
-		c := float64(h[b])
-		if cum+c >= rank {
-			lo, hi := bucketBounds(qa, b)
-			if b < 4 {
-				return float64(lo)
-			}
-			return float64(lo) + (rank-cum)/c*float64(hi-lo)
-		}
-		cum += c
-	}
-	lo, _ := bucketBounds(qa, bs[len(bs)-1])
-	return float64(lo)
-}
+func (a *Agg) bucketOf(v int64) int64 { return a.histSpec().Bucket(v) }

@@ -10,17 +10,23 @@ import (
 	"strings"
 	"time"
 
-	duckdb "github.com/duckdb/duckdb-go/v2"
-
+	"github.com/holter-dev/holter/internal/engine"
 	"github.com/holter-dev/holter/internal/store"
 )
 
-// duckEngine is an in-memory DuckDB for the user-space parts the
-// evaluator cannot compute; it starts only when one is run.
+// duckEngine is an in-memory DuckDB, in an engine process of its own
+// (internal/engine), for the user-space parts the evaluator cannot
+// compute; it starts only when one is run. When DuckDB runs a query's
+// aggregation (the evaluator lacks a function it uses), it computes hist,
+// lhist and the quantiles by the very buckets the probe uses (the
+// engine's "trace" functions, internal/hist); sample() keeps the values
+// at counts 1, 2, 4, … 128; count_distinct() is exact there.
 type duckEngine struct {
-	db    *sql.DB
-	funcs bool // the user-space functions are registered
+	db *sql.DB
 }
+
+// bucketType is the DuckDB type of hist's and lhist's value.
+const bucketType = "STRUCT(lo BIGINT, hi BIGINT, count BIGINT)[]"
 
 func (d *duckEngine) close() {
 	if d.db != nil {
@@ -32,10 +38,8 @@ func (d *duckEngine) close() {
 // run loads rows into table (cols of types) and runs query over it.
 func (d *duckEngine) run(ctx context.Context, table string, cols, types []string, rows [][]any, query string, columns []string) (*store.Result, error) {
 	if d.db == nil {
-		c, err := duckdb.NewConnector("", func(e driver.ExecerContext) error {
-			_, err := e.ExecContext(ctx, "SET threads=1; SET enable_external_access=false", nil)
-			return err
-		})
+		c, err := engine.NewConnector(engine.Options{Config: map[string]string{"threads": "1"},
+			Init: []string{"SET enable_external_access = false"}, Functions: []string{"trace"}, CheckpointAbove: -1})
 		if err != nil {
 			return nil, fmt.Errorf("user-space engine: %w", err)
 		}
@@ -47,12 +51,6 @@ func (d *duckEngine) run(ctx context.Context, table string, cols, types []string
 		return nil, err
 	}
 	defer conn.Close()
-	if !d.funcs {
-		if err := registerUserFuncs(conn); err != nil {
-			return nil, fmt.Errorf("user-space engine: %w", err)
-		}
-		d.funcs = true
-	}
 	var defs []string
 	for i := range cols {
 		defs = append(defs, quoteIdent(cols[i])+" "+types[i])
@@ -65,7 +63,7 @@ func (d *duckEngine) run(ctx context.Context, table string, cols, types []string
 	}
 	if len(rows) > 0 {
 		err = conn.Raw(func(dc any) error {
-			a, err := duckdb.NewAppenderFromConn(dc.(driver.Conn), "", table)
+			a, err := engine.NewAppender(dc.(driver.Conn), "", table)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"errors"
@@ -45,11 +45,11 @@ func TestWALTruncationOnAReadOnlyFileSystem(t *testing.T) {
 	}
 
 	fs.Break()
-	before := WALTruncationsSkipped()
+	before := localTruncationsSkipped()
 	if err := truncate(wal, 0); err != nil {
 		t.Errorf("truncate a log on a read-only file system: %v, want it reported done", err)
 	}
-	if got := WALTruncationsSkipped() - before; got != 1 {
+	if got := localTruncationsSkipped() - before; got != 1 {
 		t.Errorf("%d truncations counted as skipped, want 1", got)
 	}
 	if size(wal) != 4096 {
@@ -58,7 +58,7 @@ func TestWALTruncationOnAReadOnlyFileSystem(t *testing.T) {
 	if err := truncate(db, 0); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("truncate the database file on a read-only file system: %v, want EROFS", err)
 	}
-	if got := WALTruncationsSkipped() - before; got != 1 {
+	if got := localTruncationsSkipped() - before; got != 1 {
 		t.Errorf("%d truncations counted as skipped after the database file's, want 1", got)
 	}
 }
