@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/holter-dev/holter/internal/engine"
 	"github.com/holter-dev/holter/internal/store"
 )
 
@@ -297,9 +298,11 @@ func (m *Vitals) Write(out io.Writer, rec Recorder) {
 func writeRecorder(w Writer, rec Recorder) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		w.Family("holter_recorder_cpu_seconds_total", "counter", "CPU time of the recorder process, user and system.")
-		w.Sample("holter_recorder_cpu_seconds_total", float64(ru.Utime.Nano()+ru.Stime.Nano())/1e9)
+		w.Family("holter_recorder_cpu_seconds_total", "counter", "CPU time of the recorder process and its database engine processes, user and system.")
+		w.Sample("holter_recorder_cpu_seconds_total", float64(ru.Utime.Nano()+ru.Stime.Nano()+int64(engine.CPUTime()))/1e9)
 	}
+	w.Family("holter_engine_resident_memory_bytes", "gauge", "Resident memory of the recorder's database engine processes (none while the store is idle).")
+	w.Sample("holter_engine_resident_memory_bytes", float64(engine.ResidentBytes()))
 	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 1 {
 			if pages, err := strconv.ParseUint(f[1], 10, 64); err == nil {

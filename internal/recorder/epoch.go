@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"github.com/holter-dev/holter/internal/clock"
-	"github.com/holter-dev/holter/internal/findings"
 	"hash/fnv"
 	"net/netip"
 	"path"
@@ -14,6 +12,10 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/holter-dev/holter/internal/clock"
+	"github.com/holter-dev/holter/internal/engine"
+	"github.com/holter-dev/holter/internal/findings"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -71,12 +73,14 @@ func threadCPUTime() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
+// userCPUTime is the CPU time of the recorder's process and of the
+// database engine processes it started (commits, analysis, queries).
 func userCPUTime() int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	return ru.Utime.Nano() + ru.Stime.Nano() + int64(engine.CPUTime())
 }
 
 // closeEpoch switches the kernel to the next generation, drains the
