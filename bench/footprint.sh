@@ -11,10 +11,11 @@
 # extrapolated; a block is 256 KiB, so a short run resolves a quiet host's
 # growth coarsely: the precision is printed), the stored bytes per sample,
 # the samples stored an epoch once the storage budget's bank is spent and
-# what a day of them costs, the recorder's RSS (VmRSS sampled every 5 s: mean over the second half of
-# the run, and the last; VmHWM, the peak), its CPU (utime+stime per wall
-# second as % of the whole machine, over the run and after the first
-# epoch), its garbage collections (GODEBUG=gctrace=1: count, per minute,
+# what a day of them costs, the RSS of the recorder and its engine
+# processes (sampled every 5 s: mean over the second half of the run, its
+# PSS, the last, the peak sampled), their CPU (utime+stime per wall second
+# as % of the whole machine, over the run and after the first epoch), the
+# recorder's garbage collections (GODEBUG=gctrace=1: count, per minute,
 # and the live heap at the last one), and per vital per epoch the events,
 # the samples the kernel took, the samples stored and those the daily cap
 # dropped. Prints figures; asserts nothing. Run as root.
@@ -31,8 +32,31 @@ q() { "$work/holter" query --data "$1" --format csv "$2" | tail -n +2; }
 used() { # bytes the stopped store's data occupies: used blocks and log
 	q "$1" "SELECT block_size * used_blocks FROM pragma_database_size() LIMIT 1"
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# The recorder keeps DuckDB in engine processes of its own (its children,
+# started while the store has work): its cost is theirs too.
+engines() { pgrep -P "$1" 2>/dev/null || true; }
+# cpu_ticks PID: the recorder's CPU ticks, its ended children's (cutime,
+# cstime) and its live engine processes'.
+cpu_ticks() {
+	local t
+	t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat" 2>/dev/null || echo 0)
+	for c in $(engines "$1"); do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
+# mem_kb PID: the RSS and the PSS (shared pages divided among the sharers:
+# the recorder and its engine run one executable) of the recorder and its
+# engine processes, summed, in KiB.
+mem_kb() {
+	local r=0 p=0
+	for c in "$1" $(engines "$1"); do
+		r=$((r + $(status_kb "$c" VmRSS)))
+		p=$((p + $(awk '$1 == "Pss:" {print $2}' "/proc/$c/smaps_rollup" 2>/dev/null || echo 0)))
+	done
+	echo "$r $p"
+}
 
 # An empty store: what the schema alone occupies.
 start_recorder "$work/empty"
@@ -68,7 +92,7 @@ for sc in $SCENARIOS; do
 	rss=()
 	for ((s = 5; s <= secs; s += 5)); do
 		sleep 5
-		rss+=("$(status_kb "$rec" VmRSS)")
+		rss+=("$(mem_kb "$rec")")
 		if [ -z "$c1" ] && [ "$s" -ge 65 ]; then c1=$(cpu_ticks "$rec") t1=$(date +%s.%N); fi
 	done
 	c2=$(cpu_ticks "$rec")
@@ -100,10 +124,12 @@ for sc in $SCENARIOS; do
 			m, (u - b) / n, m * (u - b) / n * 86400 / l / 1e6 }'
 	read -r est bank <<<"$spent"
 	echo "storage budget: the recorder estimated $est bytes spent (the store grew $((u - base))), $bank left in its bank"
-	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" -v an="$anon" -v fi="$file" '{a[NR] = $1} END {
-		for (i = int(NR / 2) + 1; i <= NR; i++) { s += a[i]; k++ }
-		printf "RSS: steady %.1f MiB (mean of the second half), last %.1f MiB (anonymous %.1f, files %.1f), peak %.1f MiB\n",
-			s / k / 1024, a[NR] / 1024, an / 1024, fi / 1024, h / 1024 }'
+	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" -v an="$anon" -v fi="$file" '{a[NR] = $1; p[NR] = $2; if ($1 > m) m = $1} END {
+		for (i = int(NR / 2) + 1; i <= NR; i++) { s += a[i]; sp += p[i]; k++ }
+		printf "RSS (recorder + engine processes): steady %.1f MiB (mean of the second half; PSS %.1f MiB), last %.1f MiB, peak sampled %.1f MiB\n",
+			s / k / 1024, sp / k / 1024, a[NR] / 1024, m / 1024
+		printf "  the recorder process alone at the end: anonymous %.1f MiB, files %.1f MiB; its peak (VmHWM) %.1f MiB\n",
+			an / 1024, fi / 1024, h / 1024 }'
 	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v n="$ncpu" -v tck="$tck" 'BEGIN {
 		printf "recorder CPU: %.3f%% of the machine (%d CPUs) over the run", 100 * (c2 - c0) / tck / ((t2 - t0) * n), n
 		if (c1 != "") printf ", %.3f%% after the first minute", 100 * (c2 - c1) / tck / ((t2 - t1) * n)
