@@ -248,7 +248,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	tracingNow.Store(tr)
 	printRecording(stderr, rec.Status(), st.Path())
 
-	var lastPrune time.Time
+	var lastPrune, lastFree time.Time
 	var online *incident.Online
 	if *analyse {
 		online = incident.NewOnline(st, *epoch, func() map[string]string { return unavailableVitals(rec.Status()) }, logf)
@@ -290,6 +290,15 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 			parts = append(parts, part)
 		}
 		logf("epoch %d committed in %v: samples/events %s", e.Epoch, wrote.Round(time.Millisecond), strings.Join(parts, ", "))
+		// Between epochs the recorder holds a fraction of what reading,
+		// symbolizing and committing one allocated: the rest goes back to
+		// the host now (a collection, off this thread) instead of over the
+		// runtime's scavenging minutes, so that what is resident is what
+		// the recorder holds.
+		if time.Since(lastFree) >= freeEvery {
+			lastFree = time.Now()
+			go debug.FreeOSMemory()
+		}
 		if *memProfile != "" {
 			if err := writeHeapProfile(*memProfile); err != nil {
 				logf("%v", err)
@@ -310,6 +319,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 const (
 	goGC          = 50
 	goMemoryLimit = 512 << 20
+	// freeEvery is how often, at most, the recorder returns its free heap
+	// to the host after a commit.
+	freeEvery = 30 * time.Second
 )
 
 func writeHeapProfile(path string) error {
