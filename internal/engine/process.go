@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/holter-dev/holter/internal/symbol"
 	"golang.org/x/sys/unix"
 )
 
@@ -480,14 +481,11 @@ func CPUTime() time.Duration {
 		if err != nil {
 			return true
 		}
-		// The fields after the command's closing parenthesis: utime and
-		// stime are the 12th and 13th.
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			total += time.Duration(u+s) * tick
+		// utime and stime (proc(5)).
+		u, uerr := symbol.StatField(b, 14)
+		st, serr := symbol.StatField(b, 15)
+		if uerr == nil && serr == nil {
+			total += time.Duration(u+st) * tick
 		}
 		return true
 	})
