@@ -415,10 +415,16 @@ func (s *Store) fault(kind string, err error) {
 	s.db.shut(fmt.Errorf("%w: %s: %v", ErrUnavailable, kind, err))
 }
 
-// onReadOnlyFS says whether the store's file system is read-only now.
+// onReadOnlyFS says whether the store's file system is read-only now:
+// remounted so, or, as ext4 does on an error since Linux 6.6, refusing
+// writes with EROFS while its mount flags still say read-write.
 func (s *Store) onReadOnlyFS() bool {
+	dir := filepath.Dir(s.path)
 	var fs unix.Statfs_t
-	return unix.Statfs(filepath.Dir(s.path), &fs) == nil && fs.Flags&unix.ST_RDONLY != 0
+	if unix.Statfs(dir, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0 {
+		return true
+	}
+	return errors.Is(checkWritableDir(dir), syscall.EROFS)
 }
 
 // hadFault says whether the store has been through a fault.
@@ -454,7 +460,7 @@ func (s *Store) recover() error {
 	if err := unix.Statfs(dir, &fs); err != nil {
 		return fmt.Errorf("file system of %s: %w", dir, err)
 	}
-	if fs.Flags&unix.ST_RDONLY != 0 {
+	if s.onReadOnlyFS() {
 		s.refault("read-only file system")
 		return fmt.Errorf("%s is on a read-only file system", dir)
 	}
