@@ -277,12 +277,16 @@ func (e *Exporter) batches(ctx context.Context, pick func(*Table) bool, prefix s
 			chunk = DefaultChunk
 		}
 		var buf bytes.Buffer
-		rows := 0
+		rows, chunks := 0, 0
 		flush := func() {
 			if rows == 0 {
 				return
 			}
-			id := fmt.Sprintf("%s/%s/%d", prefix, t.Name, len(out))
+			// Numbered within the table: a batch spooled again after a
+			// crash has the id it had, whatever the Once tables before it
+			// held the second time (all their rows, to a new exporter).
+			id := fmt.Sprintf("%s/%s/%d", prefix, t.Name, chunks)
+			chunks++
 			// The batch id is in every row, so whether a batch arrived can
 			// be asked of the server.
 			data := bytes.ReplaceAll(buf.Bytes(), []byte(`"_batch":""`), []byte(`"_batch":`+jsonString(id)))

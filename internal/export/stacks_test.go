@@ -305,3 +305,39 @@ func TestExportSpoolDropKeepsStacks(t *testing.T) {
 		})
 	}
 }
+
+// TestExportRespooledAfterCrash spools an epoch whose stacks an earlier
+// epoch shipped, then loses the spool's state as a crash between the
+// batch files and spool.json would: a new exporter, which has shipped no
+// stacks, spools the epoch again, its stacks with it. Every batch of the
+// epoch is then in the spool twice, the second time after more stack
+// batches: each append-only batch must still arrive once.
+func TestExportRespooledAfterCrash(t *testing.T) {
+	server := testutil.StartClickHouse(t, "127.0.0.1")
+	f := newStacksFixture(t, server, "respooled", Options{Rate: 1 << 30})
+	if err := f.commit(t, stackEpoch(1, 4, ids(100, 20)...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.commit(t, stackEpoch(2, 4, ids(100, 20)...)); err != nil {
+		t.Fatal(err)
+	}
+	f.e.spool.state.LastEpoch = 1 // epoch 2's files written, its state not
+	if err := f.e.spool.saveState(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if f.e, err = New(f.e.opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.Committed(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	f.run(t)
+	f.waitWhole(t, 2)
+	if want, got := f.perEpoch(t, 2, true), f.perEpoch(t, 2, false); want != got {
+		t.Errorf("epoch:rows:samples in the store %s, in ClickHouse %s", want, got)
+	}
+	if bad := f.unresolved(t, 2); len(bad) > 0 {
+		t.Errorf("samples in ClickHouse without their stacks: %v", bad)
+	}
+}
