@@ -950,50 +950,59 @@ func TestShortDiskWaitsShareKernelStacks(t *testing.T) {
 	if err := unix.Fsync(int(f.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	var runs []burst
-	for i := range reads {
-		done := make(chan burst)
-		go func() {
-			runtime.LockOSThread()
-			r := burst{tid: unix.Gettid(), t0: time.Now().UnixNano()}
-			// O_DIRECT wants an aligned buffer: a page-aligned mapping.
-			buf, err := unix.Mmap(-1, 0, block, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-			if err == nil {
-				_, err = unix.Pread(int(f.Fd()), buf, int64(i*block))
-				unix.Munmap(buf)
-			}
-			if err != nil {
-				t.Errorf("O_DIRECT read: %v", err)
-			}
-			r.t1 = time.Now().UnixNano()
-			done <- r
-		}()
-		runs = append(runs, <-done)
-	}
-	awaitWatermark(t, a, runs[len(runs)-1].t1)
+	// Each read on a thread of its own. On a loaded machine a read can be
+	// preempted on its way into the wait and find its request done when
+	// it runs again: a wait in the run queue, no sleep. Rounds of reads go
+	// on until enough of them slept; what is under test is that every
+	// sleep in a read carries a stack of the read.
 	var short, long int
-	for _, r := range runs {
-		acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
-		if !ok {
-			t.Fatalf("no recent activity of thread %d in memory", r.tid)
+	var runs []burst
+	for round := 0; round < 4 && short+long < reads/2; round++ {
+		var these []burst
+		for i := range reads {
+			done := make(chan burst)
+			go func() {
+				runtime.LockOSThread()
+				r := burst{tid: unix.Gettid(), t0: time.Now().UnixNano()}
+				// O_DIRECT wants an aligned buffer: a page-aligned mapping.
+				buf, err := unix.Mmap(-1, 0, block, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+				if err == nil {
+					_, err = unix.Pread(int(f.Fd()), buf, int64(i*block))
+					unix.Munmap(buf)
+				}
+				if err != nil {
+					t.Errorf("O_DIRECT read: %v", err)
+				}
+				r.t1 = time.Now().UnixNano()
+				done <- r
+			}()
+			these = append(these, <-done)
 		}
-		// An interruptible sleep this short has no stack: a sleep in the
-		// read with one is an uninterruptible wait for the disk.
-		for _, x := range acts {
-			if x.Kind != "blocked" || !hasFrame(x.KStack, "pread") {
-				continue
+		awaitWatermark(t, a, these[len(these)-1].t1)
+		for _, r := range these {
+			acts, ok := a.Activity("h", pid, uint32(r.tid), r.t0, r.t1)
+			if !ok {
+				t.Fatalf("no recent activity of thread %d in memory", r.tid)
 			}
-			if time.Duration(x.EndNs-x.StartNs) < DefaultKStackMin {
-				short++
-			} else {
-				long++
+			// An interruptible sleep this short has no stack: a sleep in
+			// the read with one is an uninterruptible wait for the disk.
+			for _, x := range acts {
+				switch {
+				case x.Kind != "blocked" || !hasFrame(x.KStack, "pread"):
+				case time.Duration(x.EndNs-x.StartNs) < DefaultKStackMin:
+					short++
+				default:
+					long++
+				}
 			}
 		}
+		runs = append(runs, these...)
+		t.Logf("round %d: %d uninterruptible sleeps in the reads so far", round+1, short+long)
 	}
 	given := sharedSince(a, pid, unix.SYS_PREAD64)
-	t.Logf("of %d O_DIRECT reads, %d uninterruptible sleeps under %v and %d longer; %d since the last stack taken (stats %+v)",
-		reads, short, DefaultKStackMin, long, given, a.Stats())
-	if short+long < reads/4 {
+	t.Logf("of %d O_DIRECT reads, %d uninterruptible sleeps under %v and %d longer with a stack of the read; %d since the last stack taken (stats %+v)",
+		len(runs), short, DefaultKStackMin, long, given, a.Stats())
+	if short+long < reads/2 {
 		took := make([]time.Duration, len(runs))
 		for i, r := range runs {
 			took[i] = time.Duration(r.t1 - r.t0)
@@ -1007,7 +1016,7 @@ func TestShortDiskWaitsShareKernelStacks(t *testing.T) {
 			}
 		}
 		t.Fatalf("only %d of %d O_DIRECT reads slept with a kernel stack of the read (the reads took %v to %v, median %v)",
-			short+long, reads, took[0], took[len(took)-1], took[len(took)/2])
+			short+long, len(runs), took[0], took[len(took)-1], took[len(took)/2])
 	}
 	if short >= 4 && given == 0 {
 		t.Errorf("%d short uninterruptible sleeps in pread, none given its kind's stack", short)
@@ -1227,10 +1236,13 @@ func checkWakeSplit(t *testing.T) {
 		}
 		asleep = append(asleep, time.Duration(x.WakeNs-x.StartNs))
 		waited = append(waited, time.Duration(x.EndNs-x.WakeNs))
-		if waited[len(waited)-1] >= 500*time.Microsecond {
+		if waited[len(waited)-1] >= time.Millisecond {
 			long++
 			// The timer is armed just before the switch-out, and fires a
-			// little late (its slack).
+			// little late (its slack); on a loaded VM now and then much
+			// later (the host ran another guest). A sleep not split at
+			// the wake-up would have all of its wait in it: a millisecond
+			// or more over.
 			if a := asleep[len(asleep)-1]; a < sleep-200*time.Microsecond || a > sleep+time.Millisecond {
 				off++
 				t.Logf("a sleep of %v then a wait of %v for the CPU: asleep %v, not the %v slept",
@@ -1243,14 +1255,16 @@ func checkWakeSplit(t *testing.T) {
 	if len(asleep) < sleeps*3/4 || unwoken > sleeps/8 {
 		t.Fatalf("%d of %d sleeps found with a wake-up time, %d without", len(asleep), sleeps, unwoken)
 	}
-	t.Logf("%d sleeps of %v: asleep %v … %v (median %v), then waited for the CPU %v … %v (median %v), %d of them 0.5 ms or more",
+	t.Logf("%d sleeps of %v: asleep %v … %v (median %v), then waited for the CPU %v … %v (median %v), %d of them 1 ms or more",
 		len(asleep), sleep, asleep[0], asleep[len(asleep)-1], asleep[len(asleep)/2], waited[0], waited[len(waited)-1], waited[len(waited)/2], long)
 	if m := asleep[len(asleep)/2]; m < sleep || m > sleep+time.Millisecond {
 		t.Errorf("median time asleep %v, want the %v slept (+1 ms)", m, sleep)
 	}
-	// About every other wake-up falls in a burst.
-	if long < sleeps/4 || off*10 > long {
-		t.Errorf("%d sleeps then waited 0.5 ms or more for the busy CPU, %d of them not asleep %v; want ≥ %d, ≥ 90%% asleep %v",
-			long, off, sleep, sleeps/4, sleep)
+	// About every other wake-up falls in a burst and waits a millisecond
+	// or more of it. Unsplit, every one of them would be off; split,
+	// only those whose timer the host delayed.
+	if long < sleeps/5 || off*3 > long {
+		t.Errorf("%d sleeps then waited 1 ms or more for the busy CPU, %d of them not asleep %v; want ≥ %d, ≥ 2/3 asleep %v",
+			long, off, sleep, sleeps/5, sleep)
 	}
 }
