@@ -152,6 +152,20 @@ func (f *stacksFixture) unresolved(t *testing.T, upTo int64) []string {
 	return out
 }
 
+// shipsAsStored ships until epoch last is shipped: ClickHouse then has
+// the store's epochs, each once, with all their samples and stacks.
+func (f *stacksFixture) shipsAsStored(t *testing.T, last int64) {
+	t.Helper()
+	f.run(t)
+	f.waitWhole(t, last)
+	if want, got := f.perEpoch(t, last, true), f.perEpoch(t, last, false); want != got {
+		t.Errorf("epoch:rows:samples in the store %s, in ClickHouse %s", want, got)
+	}
+	if bad := f.unresolved(t, last); len(bad) > 0 {
+		t.Errorf("samples in ClickHouse without their stacks: %v", bad)
+	}
+}
+
 // perEpoch is "epoch:epochs rows:samples" for each epoch of h1 up to upTo
 // in the store or in ClickHouse.
 func (f *stacksFixture) perEpoch(t *testing.T, upTo int64, inStore bool) string {
@@ -252,14 +266,7 @@ func TestExportSpoolWriteFailure(t *testing.T) {
 	if err := f.commit(t, stackEpoch(4, 4, ids(300, 5)...)); err != nil {
 		t.Fatal(err)
 	}
-	f.run(t)
-	f.waitWhole(t, 4)
-	if want, got := f.perEpoch(t, 4, true), f.perEpoch(t, 4, false); want != got {
-		t.Errorf("epoch:rows:samples in the store %s, in ClickHouse %s", want, got)
-	}
-	if bad := f.unresolved(t, 4); len(bad) > 0 {
-		t.Errorf("samples in ClickHouse without their stacks: %v", bad)
-	}
+	f.shipsAsStored(t, 4)
 }
 
 // TestExportSpoolDropKeepsStacks overflows the spool before ClickHouse is
@@ -332,12 +339,5 @@ func TestExportRespooledAfterCrash(t *testing.T) {
 	if err := f.e.Committed(context.Background(), 2); err != nil {
 		t.Fatal(err)
 	}
-	f.run(t)
-	f.waitWhole(t, 2)
-	if want, got := f.perEpoch(t, 2, true), f.perEpoch(t, 2, false); want != got {
-		t.Errorf("epoch:rows:samples in the store %s, in ClickHouse %s", want, got)
-	}
-	if bad := f.unresolved(t, 2); len(bad) > 0 {
-		t.Errorf("samples in ClickHouse without their stacks: %v", bad)
-	}
+	f.shipsAsStored(t, 2)
 }
