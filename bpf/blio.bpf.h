@@ -160,7 +160,7 @@ static __always_inline void io_first_seen(void *ctx, struct hl_control *ctl, str
 	fresh.label_w0 = stable_addr(mm, fresh.site);
 	fresh.label_w1 = kthread_word(task);
 	fresh.label_w2 = who_word(fresh.exe_ino, fresh.uid);
-	fresh.self = fresh.pid == ctl->self_tgid;
+	fresh.self = is_self(ctl, fresh.pid);
 	if (fresh.self) { /* tracked only so its completion is not taken for a loss */
 		bpf_map_update_elem(&inflight, &key, &fresh, BPF_ANY);
 		return;

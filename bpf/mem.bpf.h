@@ -35,7 +35,7 @@ int BPF_PROG(vital_kmem_alloc, struct page *page, unsigned int order, gfp_t gfp,
 	if (!vital_enabled(ctl, VITAL_KMEM) || !page)
 		return 0;
 	task = bpf_get_current_task_btf();
-	if (task->tgid == ctl->self_tgid)
+	if (is_self(ctl, task->tgid))
 		return 0;
 	st = run_stats(ctl, VITAL_KMEM);
 	if (!st)
@@ -86,7 +86,7 @@ int BPF_PROG(vital_umem_fault, unsigned long address, struct pt_regs *regs, unsi
 		return 0;
 	/* regs are the task's own: page_fault_user is a fault in user mode */
 	c = on_cpu_current(ctl, (__u64)regs, false);
-	if (!c || c->tgid == ctl->self_tgid)
+	if (!c || is_self(ctl, c->tgid))
 		return 0;
 	st = run_stats(ctl, VITAL_UMEM);
 	if (!st)

@@ -248,9 +248,9 @@ int BPF_PROG(vital_sched_switch, bool preempt, struct task_struct *prev,
 	now = task_rq_clock(prev);
 	if (!now)
 		return 0;
-	if (prev->pid != 0 && prev->tgid != ctl->self_tgid)
+	if (prev->pid != 0 && !is_self(ctl, prev->tgid))
 		switch_out(ctx, prev, prev_state, returned, now);
-	if (next->pid != 0 && next->tgid != ctl->self_tgid)
+	if (next->pid != 0 && !is_self(ctl, next->tgid))
 		switch_in(ctl, c, next, now);
 	return 0;
 }

@@ -77,6 +77,9 @@ enum record_kind {
 	RECORD_SAMPLE = 1,
 };
 
+/* Engine processes of the recorder's excluded from recording, at most. */
+#define NR_ENGINE_TGIDS 4
+
 /* The counters, and which labels came in this epoch (seen_first). */
 struct hca {
 	__u32 c[HCA_ROWS][HCA_WIDTH];
@@ -95,6 +98,10 @@ struct hl_control {
 	__u64 sched_min_ns;        /* scheduling delay that qualifies */
 	__u64 blck_min_ns;         /* blocking time that qualifies */
 	__u32 self_tgid;           /* the recorder: never recorded, or it would record itself recording */
+	/* The recorder's database engine processes (internal/engine), as much
+	 * its own as itself: never recorded either. Unused slots hold
+	 * self_tgid (never 0, the idle task's). */
+	__u32 engine_tgid[NR_ENGINE_TGIDS];
 	__u32 boost_max;           /* 0: no process is boosted; else samples per epoch boosts may add (see boosted) */
 	/* Nonzero while the context-switch and sys_exit programs both run,
 	 * new each time either is attached: the on_cpu records filled in this
@@ -367,10 +374,17 @@ static __always_inline bool vital_enabled(struct hl_control *ctl, __u32 vital)
 	return ctl->enabled & (1u << vital);
 }
 
-/* The vital is recorded and the current task is not the recorder. */
+/* Process tgid is the recorder or one of its engine processes. */
+static __always_inline bool is_self(struct hl_control *ctl, __u32 tgid)
+{
+	return tgid == ctl->self_tgid || tgid == ctl->engine_tgid[0] || tgid == ctl->engine_tgid[1] ||
+	       tgid == ctl->engine_tgid[2] || tgid == ctl->engine_tgid[3];
+}
+
+/* The vital is recorded and the current task is not the recorder's. */
 static __always_inline bool record_current(struct hl_control *ctl, __u32 vital)
 {
-	return vital_enabled(ctl, vital) && (bpf_get_current_pid_tgid() >> 32) != ctl->self_tgid;
+	return vital_enabled(ctl, vital) && !is_self(ctl, bpf_get_current_pid_tgid() >> 32);
 }
 
 static __always_inline struct hl_stats *stats_of(__u32 copy, __u32 vital)

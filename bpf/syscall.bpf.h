@@ -113,7 +113,7 @@ int BPF_PROG(vital_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	nr = regs->orig_ax;
 	c = on_cpu_current(ctl, (__u64)regs, nr == NR_EXECVE || nr == NR_EXECVEAT);
-	if (!c || c->tgid == ctl->self_tgid)
+	if (!c || is_self(ctl, c->tgid))
 		return 0;
 	c->returned = 1;
 	st = run_stats(ctl, VITAL_SYSCALL);

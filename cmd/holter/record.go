@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/holter-dev/holter/internal/clickhouse"
+	"github.com/holter-dev/holter/internal/engine"
 	"github.com/holter-dev/holter/internal/export"
 	"github.com/holter-dev/holter/internal/incident"
 	"github.com/holter-dev/holter/internal/metrics"
@@ -157,6 +158,10 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer rec.Close()
+	// The engine processes' commits and queries are the recorder's work,
+	// counted in its own CPU, not the host's activity.
+	engine.WatchPids(rec.SetOwnProcesses)
+	defer engine.WatchPids(nil)
 
 	// Request tracing starts after the API does; its state joins the
 	// status once it runs.

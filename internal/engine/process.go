@@ -319,6 +319,7 @@ func (c *Connector) start() (*proc, error) {
 			exitedCPU.Add(int64(p.cpu))
 		}
 		live.Delete(p)
+		notifyPids()
 		if err == nil && !asked {
 			err = errors.New("exited unasked")
 		}
@@ -329,6 +330,7 @@ func (c *Connector) start() (*proc, error) {
 		}
 	}()
 	live.Store(p, struct{}{})
+	notifyPids()
 	var e encoder
 	e.b = []byte{cOpen}
 	encodeOptions(&e, &c.o)
@@ -515,6 +517,30 @@ func Pids() []int {
 		return true
 	})
 	return out
+}
+
+var (
+	watchMu sync.Mutex
+	watcher func(pids []int)
+)
+
+// WatchPids has f told the engine processes running (Pids) each time one
+// starts or ends, from then on, until WatchPids(nil): a recorder leaves
+// them out of what it records, as it does itself. f runs with the engine
+// just started, before it opens its database, and must not block.
+func WatchPids(f func(pids []int)) {
+	watchMu.Lock()
+	watcher = f
+	watchMu.Unlock()
+	notifyPids()
+}
+
+func notifyPids() {
+	watchMu.Lock()
+	defer watchMu.Unlock()
+	if watcher != nil {
+		watcher(Pids())
+	}
 }
 
 // WALTruncationsSkipped counts the truncations of a write-ahead log that

@@ -218,6 +218,9 @@ type Recorder struct {
 	// attached (struct on_cpu in bpf/sketch.h), so that no record filled
 	// before a gap in their runs serves.
 	onCPUAttaches uint64
+	// engines are the recorder's engine processes, left out of what is
+	// recorded as the recorder is (SetOwnProcesses).
+	engines []uint32
 	// budget is the adaptive threshold state (budget.go), and clock
 	// measures the programs' run time it needs (runclock.go).
 	budget budgetState
@@ -399,6 +402,25 @@ func tracepointNames(spec *ebpf.CollectionSpec, progs []string) []string {
 	return out
 }
 
+// SetOwnProcesses names the processes, besides the recorder's own, whose
+// activity is the recorder's: its database engines (internal/engine),
+// whose commits would otherwise be half of what an idle host records.
+// The programs leave out at most the first four.
+func (r *Recorder) SetOwnProcesses(pids []int) {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	r.engines = r.engines[:0]
+	for _, p := range pids {
+		r.engines = append(r.engines, uint32(p))
+	}
+	if r.objs == nil || r.objs.control == nil {
+		return
+	}
+	if err := r.writeControl(); err != nil {
+		r.cfg.Logf("leave out the engine processes %v: %v", pids, err)
+	}
+}
+
 // advance publishes the epoch generation gen with the configuration.
 // The seed of the copy becoming active is renewed, so no two labels
 // collide epoch after epoch; the other copy's seed is left alone.
@@ -423,6 +445,12 @@ func (r *Recorder) writeControl() error {
 		ctl.Enabled |= 1 << v
 	}
 	ctl.SelfTgid = uint32(os.Getpid())
+	for i := range ctl.EngineTgid {
+		ctl.EngineTgid[i] = ctl.SelfTgid // an unused slot: never the idle task's 0
+		if i < len(r.engines) {
+			ctl.EngineTgid[i] = r.engines[i]
+		}
+	}
 	ctl.SchedMinNs = uint64(r.cfg.SchedMin)
 	ctl.BlckMinNs = uint64(r.cfg.BlckMin)
 	ctl.BoostMax = r.boostMax()

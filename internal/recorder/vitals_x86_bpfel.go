@@ -36,6 +36,7 @@ type vitalsHlControl struct {
 	SchedMinNs uint64
 	BlckMinNs  uint64
 	SelfTgid   uint32
+	EngineTgid [4]uint32
 	BoostMax   uint32
 	OnCpuGen   uint64
 }
