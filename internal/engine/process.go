@@ -306,7 +306,17 @@ func (c *Connector) start() (*proc, error) {
 	// Once it has ended, a copy of its standard error held elsewhere does
 	// not keep Wait waiting.
 	cmd.WaitDelay = time.Second
-	if err := spawn(cmd.Start); err != nil {
+	// Named at once, on the thread that started it: a recorder watching
+	// (WatchPids) leaves out the engine's start from then on, not from
+	// when a goroutine gets to run.
+	if err := spawn(func() error {
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		live.Store(p, struct{}{})
+		notifyPids()
+		return nil
+	}); err != nil {
 		ctl.Close()
 		return nil, fmt.Errorf("engine: start: %w", err)
 	}
@@ -329,8 +339,6 @@ func (c *Connector) start() (*proc, error) {
 			c.o.Logf("the database engine (pid %d) ended: %v%s", cmd.Process.Pid, err, p.stderr.quoted())
 		}
 	}()
-	live.Store(p, struct{}{})
-	notifyPids()
 	var e encoder
 	e.b = []byte{cOpen}
 	encodeOptions(&e, &c.o)
