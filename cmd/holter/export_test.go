@@ -26,6 +26,7 @@ import (
 // stacks and weights are the flame graph's.
 func TestExportPprof(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	gotool := testutil.RequireTool(t, "go")
 	bin := testutil.BuildHolter(t)
 	spin := testutil.BuildWorkload(t, "cpu_spin")

@@ -37,6 +37,7 @@ type parquetCase struct {
 // too. Bad input is refused with a clear error and leaves no file.
 func TestExportParquet(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Parallel() // a waiting test (TestMain)
 	bin := testutil.BuildHolter(t)
 	py := pythonVenv(t, "pandas-python", "import pandas, pyarrow", "pandas==2.2.3", "pyarrow==19.0.1")
 	dir := t.TempDir()
