@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
 	"golang.org/x/sys/unix"
@@ -30,6 +31,10 @@ func init() {
 	if os.Getenv(childEnv) == "" {
 		return
 	}
+	// Named as in ps and top, not "exe" from /proc/self/exe: init runs
+	// on the main thread, whose name is the process's, and the threads
+	// made after it take it.
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("holter-engine\x00")[0])), 0, 0, 0)
 	closeInherited()
 	unix.SetNonblock(3, true)
 	os.Exit(serve(os.NewFile(3, "engine control")))
