@@ -2,11 +2,10 @@ package otlp
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,15 +72,8 @@ func refuseHTTP(c net.Conn) {
 	// The request's head is read first: an answer that comes before the
 	// request was sent is one the client's transport may not take for
 	// its answer (Go's drops it as unsolicited and fails the request).
-	br := bufio.NewReaderSize(io.LimitReader(c, 64<<10), 4096)
-	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			return // gone, or no request within the deadline
-		}
-		if len(bytes.TrimRight(line, "\r\n")) == 0 && err == nil {
-			break
-		}
+	if _, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, 64<<10))); err != nil {
+		return // gone, not HTTP, or no request within the deadline
 	}
 	const body = "too many connections, retry later"
 	fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"+

@@ -413,9 +413,6 @@ func (r *Recorder) SetOwnProcesses(pids []int) {
 	for _, p := range pids {
 		r.engines = append(r.engines, uint32(p))
 	}
-	if r.objs == nil || r.objs.control == nil {
-		return
-	}
 	if err := r.writeControl(); err != nil {
 		r.cfg.Logf("leave out the engine processes %v: %v", pids, err)
 	}

@@ -415,16 +415,19 @@ func (s *Store) fault(kind string, err error) {
 	s.db.shut(fmt.Errorf("%w: %s: %v", ErrUnavailable, kind, err))
 }
 
-// onReadOnlyFS says whether the store's file system is read-only now:
-// remounted so, or, as ext4 does on an error since Linux 6.6, refusing
-// writes with EROFS while its mount flags still say read-write.
+// onReadOnlyFS says whether the store's file system is read-only now.
 func (s *Store) onReadOnlyFS() bool {
 	dir := filepath.Dir(s.path)
 	var fs unix.Statfs_t
-	if unix.Statfs(dir, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0 {
-		return true
-	}
-	return errors.Is(checkWritableDir(dir), syscall.EROFS)
+	return unix.Statfs(dir, &fs) == nil && readOnly(&fs, checkWritableDir(dir))
+}
+
+// readOnly says whether a file system is read-only by its statfs flags,
+// or by probe, the result of a write into it: as ext4 does on an error
+// since Linux 6.6, it may refuse writes with EROFS while its flags still
+// say read-write.
+func readOnly(fs *unix.Statfs_t, probe error) bool {
+	return fs.Flags&unix.ST_RDONLY != 0 || errors.Is(probe, syscall.EROFS)
 }
 
 // hadFault says whether the store has been through a fault.
@@ -460,7 +463,8 @@ func (s *Store) recover() error {
 	if err := unix.Statfs(dir, &fs); err != nil {
 		return fmt.Errorf("file system of %s: %w", dir, err)
 	}
-	if s.onReadOnlyFS() {
+	probe := checkWritableDir(dir)
+	if readOnly(&fs, probe) {
 		s.refault("read-only file system")
 		return fmt.Errorf("%s is on a read-only file system", dir)
 	}
@@ -468,8 +472,8 @@ func (s *Store) recover() error {
 		s.refault("disk full")
 		return fmt.Errorf("%d KiB free in %s, waiting for %d KiB", free>>10, dir, (recoverFree+wal)>>10)
 	}
-	if err := checkWritableDir(dir); err != nil {
-		return err
+	if probe != nil {
+		return probe
 	}
 	// DuckDB would replay the log, or drop one it does not recognise.
 	if err := checkWAL(s.path); err != nil {
