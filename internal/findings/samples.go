@@ -180,18 +180,7 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 	if err != nil {
 		return err
 	}
-	dw, de := map[vitalAt]float64{}, map[vitalAt]float64{}
-	for _, g := range w.Groups {
-		k := vitalAt{g.Interval, g.Vital}
-		dw[k] += g.Weight
-		de[k] += g.Events
-	}
-	for n := range w.Groups {
-		g := &w.Groups[n]
-		k, s := vitalAt{g.Interval, g.Vital}, w.Vitals[g.Vital]
-		g.Weight *= scaleUp(dw[k], s.Weight[g.Interval], t[k])
-		g.Events *= scaleUp(de[k], s.Events[g.Interval], t[k])
-	}
+	w.scaleGroups(t)
 	w.sumProcs()
 	if err := w.Stacks.fetch(ctx, q, ids); err != nil {
 		return err
@@ -217,14 +206,14 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 			WHERE vital = 'syscall' AND syscall_nr IN (60, 231) GROUP BY b, pid
 		UNION ALL (SELECT 'signal', b, epoch, ts_ns, pid, comm, signal, coalesce(target_pid, 0), '', '', coalesce(handler, 0),
 			coalesce(result, 0), 0, 0, NULL, NULL, NULL FROM x
-			WHERE vital = 'signal' AND signal IN (%[3]s) AND coalesce(handler, 0) = 0 ORDER BY ts_ns LIMIT 1000)
+			WHERE vital = 'signal' AND signal IN (%[3]s) AND coalesce(handler, 0) = 0 ORDER BY ts_ns LIMIT %[5]d)
 		UNION ALL (SELECT 'blio', b, epoch, ts_ns, pid, comm, 0, 0, coalesce(dev, ''), coalesce(op, ''), coalesce(sector, 0),
 			coalesce(bytes_requested, 0), coalesce(bytes_completed, 0), coalesce(error, 0), NULL, NULL, NULL FROM x
-			WHERE vital = 'blio' AND error <> 0 ORDER BY ts_ns LIMIT 1000)
+			WHERE vital = 'blio' AND error <> 0 ORDER BY ts_ns LIMIT %[5]d)
 		UNION ALL SELECT 'memory', b, 0, 0, 0, '', 0, 0, '', '', 0, 0, 0, 0, CAST(min(free_kb) AS DOUBLE),
 			CAST(arg_min(kernel_kb, ts_ns) FILTER (WHERE kernel_kb IS NOT NULL) AS DOUBLE),
 			CAST(arg_max(kernel_kb, ts_ns) FILTER (WHERE kernel_kb IS NOT NULL) AS DOUBLE) FROM x
-			WHERE vital IN ('kmem', 'umem') GROUP BY b`, bucketExpr(width), where, strings.Join(fatal, ", "), kernelKB))
+			WHERE vital IN ('kmem', 'umem') GROUP BY b`, bucketExpr(width), where, strings.Join(fatal, ", "), kernelKB, maxSingles))
 	if err != nil {
 		return fmt.Errorf("load exits, signals, block requests and memory: %w", err)
 	}
@@ -249,9 +238,26 @@ func (w *Window) loadSamples(ctx context.Context, q Querier, index map[int64]int
 			w.FreeKB[i], w.KernelFirstKB[i], w.KernelLastKB[i] = toFloat(r[14]), toFloat(r[15]), toFloat(r[16])
 		}
 	}
-	sort.Slice(w.Signals, func(a, b int) bool { return w.Signals[a].TsNs < w.Signals[b].TsNs })
-	sort.Slice(w.Unsatisfied, func(a, b int) bool { return w.Unsatisfied[a].TsNs < w.Unsatisfied[b].TsNs })
+	w.sortSingles()
 	return nil
+}
+
+// scaleGroups scales each group's represented weight and events up to
+// the vital's exact totals in its interval, as far as the samples' tails
+// go (scaleUp), t being the vitals' thresholds.
+func (w *Window) scaleGroups(t map[vitalAt]float64) {
+	dw, de := map[vitalAt]float64{}, map[vitalAt]float64{}
+	for _, g := range w.Groups {
+		k := vitalAt{g.Interval, g.Vital}
+		dw[k] += g.Weight
+		de[k] += g.Events
+	}
+	for n := range w.Groups {
+		g := &w.Groups[n]
+		k, s := vitalAt{g.Interval, g.Vital}, w.Vitals[g.Vital]
+		g.Weight *= scaleUp(dw[k], s.Weight[g.Interval], t[k])
+		g.Events *= scaleUp(de[k], s.Events[g.Interval], t[k])
+	}
 }
 
 // vitalAt is a vital in an interval of a window.
