@@ -152,7 +152,7 @@ func TestNoHistoryKeepsTheRanking(t *testing.T) {
 // in the range and costs less; a report on a range with too little
 // analysed before it ranks by severity.
 func TestBuildWeighsTheStoredHistory(t *testing.T) {
-	st := busyLoopStore(t, 30, 20)
+	st, _ := busyLoopStore(t, 30, 20)
 	ctx := context.Background()
 	var rows []store.Finding
 	for e := int64(0); e < 30; e++ {

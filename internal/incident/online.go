@@ -19,15 +19,17 @@ import (
 
 // Online analysis in the recorder, every OnlineEvery's worth of epochs
 // (ten epochs of 1 s; every epoch when epochs are longer). It is
-// incremental: each committed epoch is read from the store once.
+// incremental: no committed epoch is read back from the store.
 //
 //   - The filters and rules run over the epochs committed since the last
 //     run, with the OnlineHistory epochs before them as the detectors'
 //     baseline (the EWMA keeps 0.7^10 = 3% of a value ten intervals old).
 //     Each epoch's window (its vitals, its samples grouped by process and
-//     stack) is loaded when it is first judged and kept for the runs that
-//     need it as history; the windows are joined (findings.Concat) rather
-//     than the last minutes read again. The findings are stored with the
+//     stack) is made from the epoch as it is committed
+//     (findings.EpochWindow: Load's window, without the queries that
+//     were most of the engine's work for an epoch) and kept for the runs
+//     that need it as history; the windows are joined (findings.Concat)
+//     rather than the last minutes read again. The findings are stored with the
 //     range judged (store.AddAnalysis), so that a report reads them
 //     instead of evaluating those epochs again; a condition lasting
 //     several epochs extends one finding.
@@ -69,7 +71,7 @@ type Online struct {
 
 	mu sync.Mutex
 	// pending are the committed epochs not analysed yet.
-	pending []*store.Epoch
+	pending []committed
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -85,6 +87,14 @@ type Online struct {
 	// retriedN how many they were.
 	retried  int64
 	retriedN int
+}
+
+// committed is an epoch committed, and its window made from it
+// (findings.EpochWindow) or why none could be.
+type committed struct {
+	e      *store.Epoch
+	window *findings.Window
+	err    error
 }
 
 // checked is a drift check's target, its number of epochs and its metrics.
@@ -107,9 +117,12 @@ func NewOnline(st *store.Store, epoch time.Duration, unavailable func() map[stri
 // Committed notes a committed epoch for the analysis; it does not wait.
 func (o *Online) Committed(e *store.Epoch) {
 	o.stacks.Add(e.Stacks)
+	// The epoch's window is made now, from the epoch in hand: the store
+	// is not asked for what was just given to it, and what is kept for
+	// the analysis is the window, not the samples.
+	w, err := findings.EpochWindow(e, runtime.NumCPU(), o.stacks)
 	o.mu.Lock()
-	// Only what the analysis reads of the epoch is kept, not its samples.
-	o.pending = append(o.pending, &store.Epoch{Host: e.Host, Epoch: e.Epoch, StartNs: e.StartNs, EndNs: e.EndNs})
+	o.pending = append(o.pending, committed{&store.Epoch{Host: e.Host, Epoch: e.Epoch, StartNs: e.StartNs, EndNs: e.EndNs}, w, err})
 	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
@@ -155,8 +168,8 @@ func (o *Online) run() {
 		if stopping && len(es) > 0 {
 			// By their times: on a loaded host epochs stretch well past
 			// their nominal length.
-			from := es[len(es)-1].EndNs - OnlineClosing.Nanoseconds()
-			es = es[min(len(es)-1, sort.Search(len(es), func(i int) bool { return es[i].StartNs >= from })):]
+			from := es[len(es)-1].e.EndNs - OnlineClosing.Nanoseconds()
+			es = es[min(len(es)-1, sort.Search(len(es), func(i int) bool { return es[i].e.StartNs >= from })):]
 		}
 		if len(es) > 0 && stopping {
 			ctx, cancel := context.WithTimeout(context.Background(), OnlineClosingLimit)
@@ -179,37 +192,40 @@ func (o *Online) run() {
 // after them are put back to be judged on their own. The last analysis,
 // when the recorder stops, puts nothing back: what it could not judge
 // (within OnlineClosingLimit) is left to the reports.
-func (o *Online) analyse(ctx context.Context, es []*store.Epoch, last bool) {
+func (o *Online) analyse(ctx context.Context, es []committed, last bool) {
 	rows, err := o.filters(ctx, es)
 	switch {
 	case err != nil && last:
-		o.logf("findings after epoch %d: not judged when stopping (%v): reports over them evaluate them", es[len(es)-1].Epoch, err)
+		o.logf("findings after epoch %d: not judged when stopping (%v): reports over them evaluate them", es[len(es)-1].e.Epoch, err)
 		return
-	case err != nil && o.retried != es[0].Epoch:
-		o.retried, o.retriedN = es[0].Epoch, len(es)
+	case err != nil && o.retried != es[0].e.Epoch:
+		o.retried, o.retriedN = es[0].e.Epoch, len(es)
 		o.putBack(es)
-		o.logf("findings after epoch %d: %v (judged again with the next epochs)", es[len(es)-1].Epoch, err)
+		o.logf("findings after epoch %d: %v (judged again with the next epochs)", es[len(es)-1].e.Epoch, err)
 		return
 	case err != nil && o.retriedN < len(es):
 		o.putBack(es[o.retriedN:])
 		es = es[:o.retriedN]
 	}
-	end := es[len(es)-1]
-	fromNs, toNs := es[0].StartNs, end.EndNs
+	end := es[len(es)-1].e
+	fromNs, toNs := es[0].e.StartNs, end.EndNs
 	if o.lastDrift == 0 {
 		o.lastDrift = fromNs
 	}
 	o.targetEpochs += len(es)
+	// A drift check that fails (its query found no slot on a busy host)
+	// is lost, not the filters' findings with it.
+	var driftErr error
 	if err == nil {
 		var drift *findings.Finding
-		if drift, err = o.drift(ctx, end); drift != nil {
+		if drift, driftErr = o.drift(ctx, end); drift != nil {
 			rows = append(rows, drift.Row(end.Host))
 		}
-	}
-	if err == nil {
 		err = o.st.AddAnalysis(ctx, end.Host, rows, int64(o.epoch/2), fromNs, toNs)
 	}
 	switch {
+	case err == nil && driftErr != nil:
+		o.logf("drift check after epoch %d: %v", end.Epoch, driftErr)
 	case err != nil && last:
 		o.logf("findings after epoch %d: not judged when stopping (%v): reports over them evaluate them", end.Epoch, err)
 	case err != nil && !errors.Is(err, store.ErrUnavailable): // a storage fault is the store's to report
@@ -218,24 +234,27 @@ func (o *Online) analyse(ctx context.Context, es []*store.Epoch, last bool) {
 }
 
 // putBack puts epochs back before the pending ones, to be judged next.
-func (o *Online) putBack(es []*store.Epoch) {
+func (o *Online) putBack(es []committed) {
 	o.mu.Lock()
 	o.pending = append(slices.Clone(es), o.pending...)
 	o.mu.Unlock()
 }
 
-// filters loads each new epoch's window, joins them to the kept ones
+// filters takes each new epoch's window, with the stacks its groups name
+// that the cache lacks read from the store, joins them to the kept ones
 // before them and evaluates the filters over the new ones.
-func (o *Online) filters(ctx context.Context, es []*store.Epoch) ([]store.Finding, error) {
+func (o *Online) filters(ctx context.Context, es []committed) ([]store.Finding, error) {
 	q := store.Internal(o.st)
 	var fresh []*findings.Window
-	for _, e := range es {
-		w, err := findings.Load(ctx, q, findings.LoadOptions{Host: e.Host, From: time.Unix(0, e.StartNs), To: time.Unix(0, e.StartNs+1),
-			CPUs: runtime.NumCPU(), Stacks: o.stacks})
-		if err != nil {
-			return nil, fmt.Errorf("load epoch %d: %w", e.Epoch, err)
+	for _, c := range es {
+		err := c.err
+		if err == nil {
+			err = c.window.FetchStacks(ctx, q)
 		}
-		fresh = append(fresh, w)
+		if err != nil {
+			return nil, fmt.Errorf("load epoch %d: %w", c.e.Epoch, err)
+		}
+		fresh = append(fresh, c.window)
 	}
 	// The new epochs are reported on; the kept ones before them are the
 	// history, and the last OnlineHistory of all are kept for next time.

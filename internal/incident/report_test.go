@@ -14,20 +14,20 @@ import (
 
 // writeBusyLoop writes n one-second epochs of host h in which pid 9
 // ("spinner") spins in spin_here on one of two CPUs from epoch from on.
-func writeBusyLoop(t *testing.T, st *store.Store, n, from int) {
-	writeSpins(t, st, n, spin{pid: 9, function: "spin_here", from: from, to: n})
+func writeBusyLoop(t *testing.T, st *store.Store, n, from int) []*store.Epoch {
+	return writeSpins(t, st, n, spin{pid: 9, function: "spin_here", from: from, to: n})
 }
 
-// busyLoopStore is a new store holding writeBusyLoop's epochs.
-func busyLoopStore(t *testing.T, n, from int) *store.Store {
+// busyLoopStore is a new store holding writeBusyLoop's epochs, and the
+// epochs.
+func busyLoopStore(t *testing.T, n, from int) (*store.Store, []*store.Epoch) {
 	t.Helper()
 	st, err := store.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	writeBusyLoop(t, st, n, from)
-	return st
+	return st, writeBusyLoop(t, st, n, from)
 }
 
 // spin is a process spinning in one function of its program on one of
@@ -39,9 +39,11 @@ type spin struct {
 }
 
 // writeSpins writes n one-second epochs of host h in which an idle process
-// takes a little CPU and the spins take one CPU each, when they run.
-func writeSpins(t *testing.T, st *store.Store, n int, spins ...spin) {
+// takes a little CPU and the spins take one CPU each, when they run, and
+// returns them.
+func writeSpins(t *testing.T, st *store.Store, n int, spins ...spin) []*store.Epoch {
 	t.Helper()
+	var epochs []*store.Epoch
 	for e := 0; e < n; e++ {
 		start := int64(e) * sec
 		ep := &store.Epoch{Host: "h", Epoch: int64(e), StartNs: start, EndNs: start + sec}
@@ -66,7 +68,9 @@ func writeSpins(t *testing.T, st *store.Store, n int, spins ...spin) {
 		if err := st.WriteEpoch(context.Background(), ep); err != nil {
 			t.Fatal(err)
 		}
+		epochs = append(epochs, ep)
 	}
+	return epochs
 }
 
 // TestBuildReadsTheAnalysedAndEvaluatesTheRest: a report reads the
@@ -74,7 +78,7 @@ func writeSpins(t *testing.T, st *store.Store, n int, spins ...spin) {
 // the filters over the rest, and ranks them together; a range nothing was
 // recorded in is an error that says so.
 func TestBuildReadsTheAnalysedAndEvaluatesTheRest(t *testing.T) {
-	st := busyLoopStore(t, 30, 20)
+	st, _ := busyLoopStore(t, 30, 20)
 	ctx := context.Background()
 	// The recorder analysed epochs 0-19 and found a stall there (made up:
 	// evaluating them finds nothing, so it can only come from the store).
@@ -135,11 +139,11 @@ func TestBuildReadsTheAnalysedAndEvaluatesTheRest(t *testing.T) {
 // range it judged, the last ones when it is closed; a report over that
 // range then reads them and evaluates nothing.
 func TestOnlineStoresWhatItAnalysed(t *testing.T) {
-	st := busyLoopStore(t, 25, 12)
+	st, epochs := busyLoopStore(t, 25, 12)
 	ctx := context.Background()
 	o := NewOnline(st, 1e9, nil, t.Logf)
-	for e := 0; e < 25; e++ {
-		o.Committed(&store.Epoch{Host: "h", Epoch: int64(e), StartNs: int64(e) * sec, EndNs: int64(e+1) * sec})
+	for _, e := range epochs {
+		o.Committed(e)
 	}
 	o.Close()
 	q := findings.FromStore(st)
@@ -244,7 +248,8 @@ func TestReportQueriesDoNotGrowWithEpochsOrIncidents(t *testing.T) {
 }
 
 // TestOnlineJudgesAgainWhatItCouldNotLoad: epochs the online analysis could
-// not load (here for want of a query slot, which a busy API can take) are
+// not load (here their stacks, given without them as after a restart of
+// the recorder, for want of a query slot, which a busy API can take) are
 // judged with the next ones, so that the analysed range has no gap for
 // every report to evaluate again.
 func TestOnlineJudgesAgainWhatItCouldNotLoad(t *testing.T) {
@@ -254,7 +259,7 @@ func TestOnlineJudgesAgainWhatItCouldNotLoad(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	writeBusyLoop(t, st, 30, 12)
+	epochs := writeBusyLoop(t, st, 30, 0)
 	held, err := st.QueryRows(ctx, "SELECT 1")
 	if err != nil {
 		t.Fatal(err)
@@ -269,8 +274,10 @@ func TestOnlineJudgesAgainWhatItCouldNotLoad(t *testing.T) {
 		}
 	})
 	commit := func(from, to int) {
-		for e := from; e < to; e++ {
-			o.Committed(&store.Epoch{Host: "h", Epoch: int64(e), StartNs: int64(e) * sec, EndNs: int64(e+1) * sec})
+		for _, e := range epochs[from:to] {
+			bare := *e
+			bare.Stacks = nil
+			o.Committed(&bare)
 		}
 	}
 	commit(0, 10)
@@ -293,13 +300,14 @@ func TestOnlineJudgesAgainWhatItCouldNotLoad(t *testing.T) {
 // one already past) rather than hold the stop, stores nothing and says
 // the reports will evaluate the range.
 func TestOnlineLastAnalysisIsBounded(t *testing.T) {
-	st := busyLoopStore(t, 10, 4)
+	st, epochs := busyLoopStore(t, 10, 4)
 	var said []string
 	o := NewOnline(st, time.Second, nil, func(format string, a ...any) { said = append(said, fmt.Sprintf(format, a...)) })
 	defer o.Close()
-	var es []*store.Epoch
-	for e := 0; e < 10; e++ {
-		es = append(es, &store.Epoch{Host: "h", Epoch: int64(e), StartNs: int64(e) * sec, EndNs: int64(e+1) * sec})
+	var es []committed
+	for _, e := range epochs {
+		w, err := findings.EpochWindow(e, 2, nil)
+		es = append(es, committed{e, w, err})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
