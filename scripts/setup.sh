@@ -13,6 +13,7 @@ command -v clang >/dev/null || need+=(clang)
 command -v llvm-strip >/dev/null || need+=(llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v git >/dev/null || need+=(git)
+command -v readelf >/dev/null || need+=(binutils) # readelf: the reference for the unwind tables internal/symbol reads
 command -v stress-ng >/dev/null || need+=(stress-ng)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)

@@ -19,8 +19,11 @@ const longestCall = 7
 // to the caller's caller, or stopped when the wrapper had the frame
 // pointer's register in use. words are the words at the stack pointer
 // then (struct hl_sample in bpf/sketch.h); the caller's return address is
-// the first of them that is one (in an executable mapping, after a call
-// instruction) and whose call could have led to frame 0 (callerAmong).
+// the one where the wrapper's call frame information puts it (withCaller),
+// or, in a file without it, the first of them that is one (in an
+// executable mapping, after a call instruction) and whose call could have
+// led to frame 0 (callerAmong), which a stale return address among the
+// wrapper's locals can fool.
 // The code is read from the mapped files, which serves processes that are
 // gone.
 func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []uint64) []uint64 {
@@ -30,6 +33,9 @@ func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []ui
 	code := r.procs.CodeBefore(pid, img, append([]uint64{addrs[0]}, words...), longestCall)
 	if !afterSyscall(code[0]) {
 		return addrs
+	}
+	if size, ok := r.procs.FrameSize(pid, img, addrs[0]); ok {
+		return withCaller(addrs, words, code[1:], int(size/8)-1)
 	}
 	var rets, targets []uint64
 	for i, w := range words {
@@ -50,6 +56,30 @@ func (r *Recorder) wrapperCaller(pid uint32, img symbol.Image, addrs, words []ui
 		return slices.Insert(slices.Clone(addrs), 1, c)
 	}
 	return addrs
+}
+
+// withCaller is wrapperCaller's answer where the wrapper's call frame
+// information says its return address is words[at] (code the code before
+// each of words): that word, when it follows a call, as frame 1 unless the
+// walk has it there already. A mended walk (bpf/sketch.h mend_ustack)
+// whose frame 1 is a word below it, inside the wrapper's frame, went on
+// from one of the wrapper's locals: it is cut there. A return address
+// past the words, or one that follows no call, leaves addrs as they are:
+// every word there is the wrapper's own.
+func withCaller(addrs, words []uint64, code [][]byte, at int) []uint64 {
+	if at < 0 || at >= len(words) || !afterCall(code[at]) {
+		return addrs
+	}
+	c := words[at]
+	if len(addrs) > 1 && addrs[1] == c {
+		return addrs
+	}
+	if len(addrs) > 1 {
+		if i := slices.Index(words, addrs[1]); i >= 0 && i < at {
+			return []uint64{addrs[0], c}
+		}
+	}
+	return slices.Insert(slices.Clone(addrs), 1, c)
 }
 
 // calledFrames is addrs, a user stack the programs mended (bpf/sketch.h

@@ -3,6 +3,7 @@ package recorder
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -163,5 +164,37 @@ func TestCallerAmong(t *testing.T) {
 	}
 	if got := callTarget(0x401185, []byte{0x90, 0xff, 0xd0}); got != 0 {
 		t.Errorf("callTarget of an indirect call = %#x, want 0", got)
+	}
+}
+
+// TestWithCaller: where the wrapper's call frame information puts its
+// return address among the words at the stack pointer, that word is frame
+// 1, whatever return addresses earlier calls left below it in the
+// wrapper's locals; a walk that has it already is kept, one mended from a
+// word below it is cut after it, and a word that follows no call is not
+// taken.
+func TestWithCaller(t *testing.T) {
+	call := []byte{0xe8, 0, 0, 0, 0}
+	none := []byte{0x90, 0x90}
+	const ip, stale, ret, up = 0x7f0000010a972, 0x40122f, 0x401407, 0x401460
+	words := []uint64{0, stale, 0x7ffd0000, 0, ret, up}
+	code := [][]byte{none, call, none, none, call, call}
+	for _, c := range []struct {
+		name  string
+		addrs []uint64
+		code  [][]byte
+		at    int
+		want  []uint64
+	}{
+		{"the walk lost it", []uint64{ip, up}, code, 4, []uint64{ip, ret, up}},
+		{"the walk stopped", []uint64{ip}, code, 4, []uint64{ip, ret}},
+		{"the walk has it", []uint64{ip, ret, up}, code, 4, []uint64{ip, ret, up}},
+		{"mended from the locals", []uint64{ip, stale, 0x401999}, code, 4, []uint64{ip, ret}},
+		{"past the words", []uint64{ip, up}, code, 6, []uint64{ip, up}},
+		{"no call before it", []uint64{ip, up}, [][]byte{none, call, none, none, none, call}, 4, []uint64{ip, up}},
+	} {
+		if got := withCaller(c.addrs, words, c.code, c.at); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %#x, want %#x", c.name, got, c.want)
+		}
 	}
 }

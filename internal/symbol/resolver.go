@@ -73,6 +73,9 @@ type Resolver struct {
 	images *lru[imageKey, *image]
 	// code is the code before places in mapped files (CodeBefore).
 	code *lru[codeSite, []byte]
+	// frames are the frame sizes at places in mapped files (FrameSize),
+	// 0 where there is none.
+	frames *lru[codeSite, uint64]
 	// elfBytes is the estimated size of the ELF cache's parsed tables.
 	elfBytes int
 
@@ -150,6 +153,7 @@ func NewResolver(procRoot string) *Resolver {
 		files:          newLRU[fileKey, fileEntry](maxELFFiles),
 		images:         newLRU[imageKey, *image](maxImages),
 		code:           newLRU[codeSite, []byte](maxCodeSites),
+		frames:         newLRU[codeSite, uint64](maxCodeSites),
 	}
 	r.elfs.onEvict = func(_ string, e *elfEntry) { r.elfBytes -= e.size }
 	return r
@@ -332,6 +336,47 @@ func (r *Resolver) codeBefore(p *process, m *mapping, addr uint64, n int) []byte
 	r.code.add(site, b)
 	r.mu.Unlock()
 	return b
+}
+
+// FrameSize is, for code address addr of process pid (which runs img, as
+// for ResolveImage), how far above the stack pointer the frame of the
+// function that addr is in ends while it runs there, as the call frame
+// information of the file mapped there says (.eh_frame, cfaAt): the
+// return address into its caller is the word at the stack pointer plus
+// the size minus 8. ok is false when the file has none for addr, or the
+// function's frame is found through another register there (it keeps a
+// frame pointer). Read from the file, as CodeBefore is, and kept per place
+// in it.
+func (r *Resolver) FrameSize(pid uint32, img Image, addr uint64) (size uint64, ok bool) {
+	p, found := r.place(pid, img, []uint64{addr}, 1)
+	if p == nil {
+		return 0, false
+	}
+	defer p.mu.Unlock()
+	if len(found) == 0 || !found[0].m.exec || !found[0].m.isFile() {
+		return 0, false
+	}
+	m := found[0].m
+	site := codeSite{fileKey{m.dev, m.inode, m.name, m.deleted}, found[0].addr - m.start + m.off, 0}
+	r.mu.Lock()
+	size, ok = r.frames.get(site)
+	r.mu.Unlock()
+	if ok {
+		return size, size != 0
+	}
+	f, err := r.openMapped(p.pid, m)
+	if err != nil {
+		return 0, false // not kept: another process may open it
+	}
+	defer f.Close()
+	size, err = cfaAt(f, site.off)
+	if err != nil && !errors.Is(err, errNoCFI) {
+		return 0, false // a read that failed: tried again
+	}
+	r.mu.Lock()
+	r.frames.add(site, size)
+	r.mu.Unlock()
+	return size, size != 0
 }
 
 // remember makes live process p the image's reference, unless the one it
