@@ -307,6 +307,10 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		r.countLate()
 		return
 	}
+	comm := cString(s.Comm[:])
+	if r.ownChild(s.Pid, comm) {
+		return
+	}
 	v := Vital(s.Vital)
 	img := symbol.Image{Dev: uint64(s.ExeDev), Ino: s.ExeIno, StartCode: s.StartCode, MmapBase: s.MmapBase}
 	// A blck sample's kernel stack, and a syscall sample's call, say
@@ -338,7 +342,7 @@ func (r *Recorder) consume(ep *epochState, raw []byte) {
 		Pid:       s.Pid,
 		Tid:       s.Tid,
 		Uid:       s.Uid,
-		Comm:      cString(s.Comm[:]),
+		Comm:      comm,
 		Exe:       r.exe(ep, s.Pid, img),
 		Fields:    sampleFields(v, &s),
 	}

@@ -1,13 +1,16 @@
 package recorder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -221,6 +224,9 @@ type Recorder struct {
 	// engines are the recorder's engine processes, left out of what is
 	// recorded as the recorder is (SetOwnProcesses).
 	engines []uint32
+	// self is the recorder's process id and comm (ownChild).
+	self     uint32
+	selfComm string
 	// budget is the adaptive threshold state (budget.go), and clock
 	// measures the programs' run time it needs (runclock.go).
 	budget budgetState
@@ -253,7 +259,7 @@ func New(cfg Config) (*Recorder, error) {
 		return nil, err
 	}
 	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, recursion: map[*ebpf.Program]uint64{}, boosted: map[uint32]bool{},
-		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc")}
+		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc"), self: uint32(os.Getpid()), selfComm: procComm("/proc", os.Getpid())}
 	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0),
 		StorageBudget: max(cfg.StorageBudget, 0)}
 	r.day = newDayBudget(cfg.StorageBudget)
@@ -416,6 +422,51 @@ func (r *Recorder) SetOwnProcesses(pids []int) {
 	if err := r.writeControl(); err != nil {
 		r.cfg.Logf("leave out the engine processes %v: %v", pids, err)
 	}
+}
+
+// ownChild reports whether a sample of process pid, whose comm was comm,
+// is the recorder's own work the programs could not leave out: a child
+// of the recorder's (an engine, internal/engine) before SetOwnProcesses
+// names it, running the recorder's code under the recorder's comm until
+// its exec and then under "exe", the name of the /proc/self/exe it was
+// started as. Left in, those few samples a start were the only ones of
+// the recorder's executable an idle host took, and symbolising them held
+// its 100 000 symbols (6 MB) in the recorder's heap. Only samples under
+// those two comms pay a look at the process's parent.
+func (r *Recorder) ownChild(pid uint32, comm string) bool {
+	if comm != r.selfComm && comm != "exe" || pid == r.self {
+		return false
+	}
+	ppid, ok := parentPid("/proc", pid)
+	return ok && ppid == r.self
+}
+
+// procComm is process pid's comm, "" if it cannot be read.
+func procComm(root string, pid int) string {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "comm"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// parentPid is process pid's parent, from /proc/PID/stat (its fourth
+// field, after the comm in parentheses, which may hold any byte).
+func parentPid(root string, pid uint32) (uint32, bool) {
+	b, err := os.ReadFile(filepath.Join(root, strconv.FormatUint(uint64(pid), 10), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.ParseUint(f[1], 10, 32)
+	return uint32(ppid), err == nil
 }
 
 // advance publishes the epoch generation gen with the configuration.
