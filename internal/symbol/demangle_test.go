@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
 	}
 	var names []string
 	for _, s := range syms {
-		if isFunc(s) && strings.HasPrefix(s.Name, "_Z") {
+		if isFunc(s.Info, s.Section, s.Value) && strings.HasPrefix(s.Name, "_Z") {
 			names = append(names, s.Name)
 		}
 	}

@@ -153,7 +153,9 @@ func (o *elfObject) lookup(va uint64) (elfSym, bool) {
 // and stores the rest, from a full name every symRestart symbols. Names
 // in address order share long prefixes (a Go package's path, a C++
 // namespace and class), so a table takes a third or less of its names'
-// bytes; a look-up decodes at most symRestart of them.
+// bytes; a look-up decodes at most symRestart of them. An object with a
+// large string table (namesInFileAbove) keeps only where each name is in
+// it, and reads the name from its file at a look-up.
 type symTable struct {
 	starts []uint64
 	sizes  []uint32 // 0: up to the next symbol, or the segment's end
@@ -161,6 +163,10 @@ type symTable struct {
 	// restarts[i] is where the name of symbol i*symRestart begins.
 	names    []byte
 	restarts []uint32
+	// file is the string table the names are read from, at nameOffs,
+	// when they are not held.
+	file     *strTab
+	nameOffs []uint32
 	segEnd   []uint64 // of the last symbol, when its size is 0
 }
 
@@ -186,8 +192,12 @@ func (t *symTable) sym(i int) elfSym {
 	return elfSym{start: t.starts[i], end: t.end(i), name: t.name(i)}
 }
 
-// name decodes symbol i's name from its restart point.
+// name decodes symbol i's name from its restart point, or reads it from
+// the file (as people read it: see demangle).
 func (t *symTable) name(i int) string {
+	if t.file != nil {
+		return demangle(t.file.at(t.nameOffs[i]))
+	}
 	var buf []byte
 	off := int(t.restarts[i/symRestart])
 	for range i%symRestart + 1 {
@@ -219,22 +229,34 @@ func (t *symTable) add(start, size uint64, name, prev string) {
 	t.names = append(t.names, name[shared:]...)
 }
 
+// addInFile appends a symbol whose name stays in t.file, at off.
+func (t *symTable) addInFile(start, size uint64, off uint32) {
+	t.starts = append(t.starts, start)
+	t.sizes = append(t.sizes, uint32(min(size, 1<<32-1)))
+	t.nameOffs = append(t.nameOffs, off)
+}
+
 // trim gives the columns their final sizes: they are kept for as long as
 // the object is cached.
 func (t *symTable) trim() {
 	t.starts, t.sizes = slices.Clip(t.starts), slices.Clip(t.sizes)
 	t.names, t.restarts = slices.Clip(t.names), slices.Clip(t.restarts)
+	t.nameOffs = slices.Clip(t.nameOffs)
 }
+
+// inFile reports whether t reads its names from its file, which must
+// then stay open for as long as t is used.
+func (t *symTable) inFile() bool { return t.file != nil }
 
 // size estimates the bytes t holds.
 func (t *symTable) size() int {
-	return 12*len(t.starts) + len(t.names) + 4*len(t.restarts)
+	return 12*len(t.starts) + len(t.names) + 4*len(t.restarts) + 4*len(t.nameOffs)
 }
 
 // candSym is a function symbol before de-duplication.
 type candSym struct {
 	start, size uint64
-	name        string
+	name        uint32 // in the string table
 	rank        int
 }
 
@@ -255,26 +277,18 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 		return nil, errors.New("no loadable segments")
 	}
 
-	syms, err := symSrc.Symbols()
-	if errors.Is(err, elf.ErrNoSymbols) || (err == nil && countFuncs(syms) == 0) {
-		syms, err = symSrc.DynamicSymbols()
-	}
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+	cands, str, err := funcSymbols(symSrc)
+	if err != nil {
 		return nil, fmt.Errorf("read symbols: %w", err)
 	}
-	var cands []candSym
-	for _, s := range syms {
-		if !isFunc(s) {
-			continue
+	names := map[uint32]string{}
+	nameOf := func(off uint32) string {
+		n, ok := names[off]
+		if !ok {
+			n = str.at(off)
+			names[off] = n
 		}
-		rank := 2
-		switch elf.ST_BIND(s.Info) {
-		case elf.STB_GLOBAL:
-			rank = 0
-		case elf.STB_WEAK:
-			rank = 1
-		}
-		cands = append(cands, candSym{start: s.Value, size: s.Size, name: s.Name, rank: rank})
+		return n
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
@@ -285,12 +299,19 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 			return a.rank < b.rank
 		}
 		// Prefer the plain name over internal aliases such as __libc_read.
-		au, bu := leadingUnderscores(a.name), leadingUnderscores(b.name)
+		an, bn := nameOf(a.name), nameOf(b.name)
+		au, bu := leadingUnderscores(an), leadingUnderscores(bn)
 		if au != bu {
 			return au < bu
 		}
-		return a.name < b.name
+		return an < bn
 	})
+	if str.r != nil {
+		o.syms.file = str
+		o.syms.starts = make([]uint64, 0, len(cands))
+		o.syms.sizes = make([]uint32, 0, len(cands))
+		o.syms.nameOffs = make([]uint32, 0, len(cands))
+	}
 	prev := ""
 	for i := 0; i < len(cands); {
 		// The symbols at one address: the first named, the largest size.
@@ -298,8 +319,12 @@ func newELFObject(ef *elf.File, buildID string, symSrc *elf.File) (*elfObject, e
 		for i++; i < len(cands) && cands[i].start == c.start; i++ {
 			size = max(size, cands[i].size)
 		}
+		if o.syms.inFile() {
+			o.syms.addInFile(c.start, size, c.name)
+			continue
+		}
 		// C++ and Rust names are stored as people read them (see demangle).
-		name := demangle(c.name)
+		name := demangle(str.at(c.name))
 		o.syms.add(c.start, size, name, prev)
 		prev = name
 	}
@@ -325,20 +350,10 @@ func (o *elfObject) segEnd(va uint64) uint64 {
 	return va + 1
 }
 
-func isFunc(s elf.Symbol) bool {
-	t := elf.ST_TYPE(s.Info)
+func isFunc(info uint8, section elf.SectionIndex, value uint64) bool {
+	t := elf.ST_TYPE(info)
 	// STT_GNU_IFUNC shares its value with STT_LOOS.
-	return (t == elf.STT_FUNC || t == elf.STT_LOOS) && s.Section != elf.SHN_UNDEF && s.Value != 0
-}
-
-func countFuncs(syms []elf.Symbol) int {
-	n := 0
-	for _, s := range syms {
-		if isFunc(s) {
-			n++
-		}
-	}
-	return n
+	return (t == elf.STT_FUNC || t == elf.STT_LOOS) && section != elf.SHN_UNDEF && value != 0
 }
 
 func leadingUnderscores(s string) int {

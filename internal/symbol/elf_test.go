@@ -1,7 +1,14 @@
 package symbol
 
 import (
+	"debug/elf"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -48,4 +55,80 @@ func TestSymTableFrontCoding(t *testing.T) {
 			t.Errorf("symbol %d: %q [%#x, %#x), want %q [%#x, %#x)", i, s.name, s.start, s.end, want, 0x1000+16*i, wantEnd)
 		}
 	}
+}
+
+// An object whose names stay in its file looks up what one that holds
+// them does, symbol for symbol, and both have every function symbol of
+// the file's table, by debug/elf's reading of it: Go's compiler, whose
+// string table is large enough that its names stay in the file by
+// default, and the C library.
+func TestSymbolNamesInFileAgreeWithNamesHeld(t *testing.T) {
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiler := filepath.Join(strings.TrimSpace(string(goroot)), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH, "compile")
+	if o, err := newELFObjectAt(compiler); err != nil || !o.syms.inFile() {
+		t.Fatalf("%s: names in the file by default: %v (%v)", compiler, err == nil && o.syms.inFile(), err)
+	}
+	for _, path := range []string{compiler, systemLibc(t)} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		ef, err := elf.NewFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parse := func(above uint64) *elfObject {
+			defer func(old uint64) { namesInFileAbove = old }(namesInFileAbove)
+			namesInFileAbove = above
+			o, err := newELFObject(ef, gnuBuildID(ef), ef)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}
+		held, inFile := parse(1<<62), parse(0)
+		if held.syms.inFile() || !inFile.syms.inFile() {
+			t.Fatalf("%s: names in the file %v and %v, want false and true", path, held.syms.inFile(), inFile.syms.inFile())
+		}
+		syms, err := ef.Symbols()
+		if errors.Is(err, elf.ErrNoSymbols) {
+			syms, err = ef.DynamicSymbols()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts := map[uint64]bool{}
+		for _, s := range syms {
+			if isFunc(s.Info, s.Section, s.Value) {
+				starts[s.Value] = true
+			}
+		}
+		if held.syms.len() != len(starts) || inFile.syms.len() != len(starts) {
+			t.Fatalf("%s: %d and %d symbols, want %d", path, held.syms.len(), inFile.syms.len(), len(starts))
+		}
+		for i := range held.syms.len() {
+			if a, b := held.syms.sym(i), inFile.syms.sym(i); a != b || a.name == "" && i > 0 && held.syms.sizes[i] > 0 {
+				t.Fatalf("%s: symbol %d held %+v, in the file %+v", path, i, a, b)
+			}
+		}
+		t.Logf("%s: %d symbols, %d bytes held, %d with names in the file", path, held.syms.len(), held.size(), inFile.size())
+	}
+}
+
+// newELFObjectAt parses the object at path, which stays open while the
+// object is used.
+func newELFObjectAt(path string) (*elfObject, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, err
+	}
+	return newELFObject(ef, gnuBuildID(ef), ef)
 }

@@ -613,7 +613,14 @@ func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
 		return nil, fmt.Errorf("%w: %w", errUnopened, err)
 	}
 	r.opens.Add(1)
-	defer f.Close()
+	// A table whose names stay in the file (symTable.inFile) keeps it
+	// open; the file is closed when the table is collected.
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	ef, err := elf.NewFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("parse elf %s: %w", m.name, err)
@@ -642,14 +649,20 @@ func (r *Resolver) loadObject(pid uint32, m *mapping) (*elfObject, error) {
 
 	e.once.Do(func() {
 		r.parses.Add(1)
-		symSrc := ef
+		symSrc, dbgFile := ef, (*os.File)(nil)
 		if id != "" && !hasSymtab(ef) {
-			if dbgFile, dbg := r.openDebugFile(pid, id); dbg != nil {
-				defer dbgFile.Close()
-				symSrc = dbg
+			if df, dbg := r.openDebugFile(pid, id); dbg != nil {
+				symSrc, dbgFile = dbg, df
 			}
 		}
 		e.obj, e.err = newELFObject(ef, id, symSrc)
+		inFile := e.err == nil && e.obj.syms.inFile()
+		switch {
+		case dbgFile == nil:
+			keep = inFile
+		case !inFile:
+			dbgFile.Close()
+		}
 		if e.err != nil {
 			e.err = fmt.Errorf("symbols of %s: %w", m.name, e.err)
 			return
