@@ -302,6 +302,19 @@ func (r *Recorder) throttleReason(v Vital) string {
 func (r *Recorder) activeCounts() ([numVitals]counts, error) {
 	var out [numVitals]counts
 	copyIdx := uint32(r.gen & 1)
+	if b := r.statsBatch; b != nil {
+		err := b.read(copyIdx)
+		if err == nil {
+			for v := range r.attached {
+				for _, s := range b.of(v) {
+					out[v] = out[v].add(counts{s.Runs, s.Samples, s.Sketched})
+				}
+			}
+			return out, nil
+		}
+		r.cfg.Logf("budget: %v; reading the totals a vital at a time", err)
+		r.statsBatch = nil
+	}
 	per := make([]vitalsHlStats, r.ncpu)
 	for v := range r.attached {
 		if err := r.objs.maps.Stats.Lookup(copyIdx*uint32(numVitals)+uint32(v), &per); err != nil {

@@ -224,6 +224,9 @@ type Recorder struct {
 	// engines are the recorder's engine processes, left out of what is
 	// recorded as the recorder is (SetOwnProcesses).
 	engines []uint32
+	// statsBatch reads the budget's totals (activeCounts); nil: a vital at
+	// a time. r.ctlMu held.
+	statsBatch *statsBatch
 	// self is the recorder's process id and comm (ownChild).
 	self     uint32
 	selfComm string
@@ -260,6 +263,11 @@ func New(cfg Config) (*Recorder, error) {
 	}
 	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, recursion: map[*ebpf.Program]uint64{}, boosted: map[uint32]bool{},
 		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc"), self: uint32(os.Getpid()), selfComm: procComm("/proc", os.Getpid())}
+	if b, err := newStatsBatch(objs.maps.Stats, r.ncpu); err == nil {
+		r.statsBatch = b
+	} else {
+		cfg.Logf("budget: %v; reading the totals a vital at a time", err)
+	}
 	r.status = Status{Host: cfg.Host, Started: time.Now().UTC(), Epoch: cfg.Epoch.String(), BudgetPercent: 100 * max(cfg.Budget, 0),
 		StorageBudget: max(cfg.StorageBudget, 0)}
 	r.day = newDayBudget(cfg.StorageBudget)
