@@ -1,7 +1,6 @@
 package recorder
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -458,22 +457,13 @@ func procComm(root string, pid int) string {
 	return strings.TrimSuffix(string(b), "\n")
 }
 
-// parentPid is process pid's parent, from /proc/PID/stat (its fourth
-// field, after the comm in parentheses, which may hold any byte).
+// parentPid is process pid's parent, from /proc/PID/stat.
 func parentPid(root string, pid uint32) (uint32, bool) {
 	b, err := os.ReadFile(filepath.Join(root, strconv.FormatUint(uint64(pid), 10), "stat"))
 	if err != nil {
 		return 0, false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.ParseUint(f[1], 10, 32)
+	ppid, err := symbol.StatField(b, 4)
 	return uint32(ppid), err == nil
 }
 

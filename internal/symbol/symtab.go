@@ -115,12 +115,11 @@ func symbolsOfType(ef *elf.File, typ elf.SectionType) ([]candSym, *strTab, error
 			var c candSym
 			var info uint8
 			var shndx uint16
+			c.name = ef.ByteOrder.Uint32(b)
 			if entSize == 24 {
-				c.name = ef.ByteOrder.Uint32(b)
 				info, shndx = b[4], ef.ByteOrder.Uint16(b[6:])
 				c.start, c.size = ef.ByteOrder.Uint64(b[8:]), ef.ByteOrder.Uint64(b[16:])
 			} else {
-				c.name = ef.ByteOrder.Uint32(b)
 				c.start, c.size = uint64(ef.ByteOrder.Uint32(b[4:])), uint64(ef.ByteOrder.Uint32(b[8:]))
 				info, shndx = b[12], ef.ByteOrder.Uint16(b[14:])
 			}
