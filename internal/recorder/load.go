@@ -116,6 +116,9 @@ func (o *objects) loadProgram(spec *ebpf.CollectionSpec, name string) (*ebpf.Pro
 	if p, ok := o.progs[name]; ok {
 		return p, nil
 	}
+	if spec == nil {
+		return nil, fmt.Errorf("program %s not loaded, and no vitals object to load it from", name)
+	}
 	ps, ok := spec.Programs[name]
 	if !ok {
 		return nil, fmt.Errorf("program %s missing from the vitals object", name)
@@ -134,6 +137,16 @@ func (o *objects) loadProgram(spec *ebpf.CollectionSpec, name string) (*ebpf.Pro
 	p := coll.DetachProgram(name)
 	o.progs[name] = p
 	return p, nil
+}
+
+// loaded reports whether every one of the programs named is loaded.
+func (o *objects) loaded(names []string) bool {
+	for _, n := range names {
+		if _, ok := o.progs[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // attachment is one vital's programs and their links; the programs belong

@@ -197,8 +197,14 @@ const loopNice = -10
 
 // Recorder owns the BPF objects of the vital signs.
 type Recorder struct {
-	cfg      Config
-	spec     *ebpf.CollectionSpec
+	cfg Config
+	// spec is the vitals object's specification while New attaches the
+	// configured vitals, nil after: it holds 3.6 MB of heap that only
+	// loading a program needs, and a vital enabled later whose programs
+	// were never loaded parses the object again (vitalsSpec).
+	spec *ebpf.CollectionSpec
+	// attachTo is each program's tracepoint, by program name.
+	attachTo map[string]string
 	objs     *objects
 	attached map[Vital]*attachment
 	// recursion is each program's count of runs the kernel skipped, as
@@ -260,8 +266,11 @@ func New(cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{cfg: cfg, spec: spec, objs: objs, attached: map[Vital]*attachment{}, recursion: map[*ebpf.Program]uint64{}, boosted: map[uint32]bool{},
+	r := &Recorder{cfg: cfg, spec: spec, attachTo: map[string]string{}, objs: objs, attached: map[Vital]*attachment{}, recursion: map[*ebpf.Program]uint64{}, boosted: map[uint32]bool{},
 		ncpu: ebpf.MustPossibleCPU(), procs: symbol.NewResolver("/proc"), self: uint32(os.Getpid()), selfComm: procComm("/proc", os.Getpid())}
+	for name, p := range spec.Programs {
+		r.attachTo[name] = p.AttachTo
+	}
 	if b, err := newStatsBatch(objs.maps.Stats, r.ncpu); err == nil {
 		r.statsBatch = b
 	} else {
@@ -310,6 +319,7 @@ func New(cfg Config) (*Recorder, error) {
 			cfg.Logf("%s: %v", v, err)
 		}
 	}
+	r.spec = nil
 	if len(r.attached) == 0 {
 		r.Close()
 		return nil, errors.New("no vital could be recorded on this host (see the messages above)")
@@ -355,26 +365,29 @@ func (r *Recorder) enable(v Vital) error {
 		})
 		return fmt.Errorf("%w: not implemented in this version", ErrNotSupported)
 	}
+	spec, err := r.vitalsSpec(v)
+	if err != nil {
+		return err
+	}
 	var a *attachment
-	var err error
 	switch v {
 	case CPU:
-		a, err = r.objs.attachCPU(r.spec, r.cfg.CPUHz)
+		a, err = r.objs.attachCPU(spec, r.cfg.CPUHz)
 	case Sched, Blck:
 		if other, ok := r.attached[Sched+Blck-v]; ok { // they share the context-switch programs
 			a = &attachment{trigger: other.trigger}
 		} else {
-			a, err = r.objs.attachTracing(r.spec, tracingPrograms[v]...)
+			a, err = r.objs.attachTracing(spec, tracingPrograms[v]...)
 			if a != nil {
-				a.trigger = "tp_btf " + strings.Join(tracepointNames(r.spec, tracingPrograms[v]), ", ")
+				a.trigger = "tp_btf " + strings.Join(r.tracepointNames(tracingPrograms[v]), ", ")
 				r.onCPUAttaches++
 			}
 		}
 	default:
 		progs := tracingPrograms[v]
-		a, err = r.objs.attachTracing(r.spec, progs...)
+		a, err = r.objs.attachTracing(spec, progs...)
 		if a != nil {
-			a.trigger = "tp_btf " + strings.Join(tracepointNames(r.spec, progs), ", ")
+			a.trigger = "tp_btf " + strings.Join(r.tracepointNames(progs), ", ")
 			if v == Syscall {
 				r.onCPUAttaches++
 			}
@@ -407,12 +420,33 @@ var tracingPrograms = map[Vital][]string{
 }
 
 // tracepointNames are the tracepoints the programs attach to.
-func tracepointNames(spec *ebpf.CollectionSpec, progs []string) []string {
+func (r *Recorder) tracepointNames(progs []string) []string {
 	var out []string
 	for _, p := range progs {
-		out = append(out, spec.Programs[p].AttachTo)
+		out = append(out, r.attachTo[p])
 	}
 	return out
+}
+
+// vitalsSpec is the vitals object's specification if v has a program not
+// loaded yet, else nil: New's, or the object parsed again for a vital
+// enabled later.
+func (r *Recorder) vitalsSpec(v Vital) (*ebpf.CollectionSpec, error) {
+	progs := tracingPrograms[v]
+	if v == CPU {
+		progs = []string{vitalsProgVitalCpu}
+	}
+	if r.objs.loaded(progs) {
+		return nil, nil
+	}
+	if r.spec != nil {
+		return r.spec, nil
+	}
+	spec, err := loadVitals()
+	if err != nil {
+		return nil, fmt.Errorf("load vitals object: %w", err)
+	}
+	return spec, nil
 }
 
 // SetOwnProcesses names the processes, besides the recorder's own, whose

@@ -528,3 +528,54 @@ func TestUnavailableStoreHoldsEpochs(t *testing.T) {
 		})
 	}
 }
+
+// TestVitalEnabledLaterLoadsItsPrograms checks that the recorder lets go of
+// the vitals object once New has attached its vitals, and that a vital
+// enabled afterwards, whose programs were never loaded, is loaded from the
+// object parsed again and records.
+func TestVitalEnabledLaterLoadsItsPrograms(t *testing.T) {
+	testutil.RequireRoot(t)
+	var mu sync.Mutex
+	signals := uint64(0)
+	rec, stop := startRecorder(t, Config{Epoch: time.Second, Budget: -1, Vitals: []Vital{CPU}}, func(e *store.Epoch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, v := range e.Vitals {
+			if v.Name == Signal.String() {
+				signals += v.Events
+			}
+		}
+		return nil
+	})
+	if rec.spec != nil {
+		t.Error("the recorder holds the vitals object after New")
+	}
+	if err := rec.SetEnabled(Signal, true); err != nil {
+		t.Fatal(err)
+	}
+	if rec.spec != nil {
+		t.Error("the recorder holds the vitals object after enabling a vital")
+	}
+	if s := rec.Status().Vitals[Signal]; s.State != "recording" || s.Trigger != "tp_btf signal_generate" {
+		t.Errorf("signal after SetEnabled: state %q, trigger %q", s.State, s.Trigger)
+	}
+	// Shed and enabled again, the vital reuses its loaded programs.
+	if err := rec.SetEnabled(Signal, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.SetEnabled(Signal, true); err != nil {
+		t.Fatal(err)
+	}
+	for range 200 {
+		if err := exec.Command("sh", "-c", "trap : USR1; kill -USR1 $$").Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2500 * time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if signals < 200 {
+		t.Errorf("the signal vital enabled at run time counted %d signals, want ≥ 200", signals)
+	}
+}
