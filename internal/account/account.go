@@ -131,8 +131,9 @@ type Accountant struct {
 	// The programs and their maps are loaded with the first process
 	// tracked (load), not before: the ring buffer alone is 16 MiB of
 	// kernel memory, mapped into the recorder too, that a recorder which
-	// accounts nothing should not hold. loaded is closed then.
-	spec    *ebpf.CollectionSpec
+	// accounts nothing should not hold. loaded is closed then. Nor is
+	// the object parsed before: its specification is heap that only
+	// loading needs.
 	objs    accountObjects
 	reader  *ringbuf.Reader
 	loaded  chan struct{}
@@ -141,6 +142,9 @@ type Accountant struct {
 	// wakeFromQueue: account_switch reads wake-ups from the run queue's
 	// statistics, and account_wakeup is not attached.
 	wakeFromQueue bool
+	// kstackMin is the off-CPU time from which an interval takes its
+	// kernel stack (Options.KStackMin, its default filled in).
+	kstackMin time.Duration
 
 	mu    sync.Mutex
 	links []link.Link
@@ -228,22 +232,12 @@ func New(opts Options) (*Accountant, error) {
 	if len(comms)+len(exes) > maxRules {
 		return nil, fmt.Errorf("account: %d program names and executables to match, at most %d", len(comms)+len(exes), maxRules)
 	}
-	spec, err := loadAccount()
-	if err != nil {
-		return nil, fmt.Errorf("load accounting programs: %w", err)
-	}
-	kmin := opts.KStackMin
-	if kmin == 0 {
-		kmin = DefaultKStackMin
-	}
-	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(kmin, 0))); err != nil {
-		return nil, fmt.Errorf("load accounting programs: %w", err)
+	a.kstackMin = opts.KStackMin
+	if a.kstackMin == 0 {
+		a.kstackMin = DefaultKStackMin
 	}
 	a.wakeFromQueue = probeWakeFromQueue()
-	if err := spec.Variables["wake_from_queue"].Set(a.wakeFromQueue); err != nil {
-		return nil, fmt.Errorf("load accounting programs: %w", err)
-	}
-	a.spec = spec
+	var err error
 	if a.kernel = opts.Kernel; a.kernel == nil {
 		if a.kernel, err = symbol.LoadKernel("/proc/kallsyms"); err != nil {
 			opts.Logf("kernel symbols unavailable, blocking sites keep their addresses: %v", err)
@@ -291,7 +285,7 @@ func (a *Accountant) load() error {
 	if a.reader != nil || a.loadErr != nil {
 		return a.loadErr
 	}
-	if err := a.spec.LoadAndAssign(&a.objs, nil); err != nil {
+	if err := a.loadObjects(); err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			a.loadErr = fmt.Errorf("load accounting programs: %w (needs root, or CAP_BPF and CAP_PERFMON): %v", ErrPermission, err)
 		} else {
@@ -310,6 +304,22 @@ func (a *Accountant) load() error {
 	a.watermark = max(a.watermark, time.Now().UnixNano())
 	close(a.loaded)
 	return nil
+}
+
+// loadObjects parses the accounting object, sets its constants and loads
+// it into a.objs.
+func (a *Accountant) loadObjects() error {
+	spec, err := loadAccount()
+	if err != nil {
+		return err
+	}
+	if err := spec.Variables["kstack_min_ns"].Set(uint64(max(a.kstackMin, 0))); err != nil {
+		return err
+	}
+	if err := spec.Variables["wake_from_queue"].Set(a.wakeFromQueue); err != nil {
+		return err
+	}
+	return spec.LoadAndAssign(&a.objs, nil)
 }
 
 // maxRules is the size of the BPF maps of program names and executables.
