@@ -294,10 +294,10 @@ static __always_inline bool task_boosted(struct hl_control *ctl, struct task_str
 
 /* Samples are submitted without waking the reader, which polls every
  * 100 ms (internal/recorder): a wake-up per sample cost more than the
- * sample. */
+ * sample. 2 MiB holds ~1650 samples of the largest size (pollInterval). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);
+	__uint(max_entries, 2 << 20);
 } samples SEC(".maps");
 
 static __always_inline __u64 mix64(__u64 x)
