@@ -12,8 +12,9 @@
 # growth coarsely: the precision is printed), the stored bytes per sample,
 # the samples stored an epoch once the storage budget's bank is spent and
 # what a day of them costs, the RSS of the recorder and its engine
-# processes (sampled every 5 s: mean over the second half of the run, its
-# PSS, the last, the peak sampled), their CPU (utime+stime per wall second
+# processes (sampled every second: mean over the second half of the run,
+# its PSS, the recorder's and the engines' shares, the last, the peak
+# sampled), their CPU (utime+stime per wall second
 # as % of the whole machine, over the run and after the first epoch), the
 # recorder's garbage collections (GODEBUG=gctrace=1: count, per minute,
 # and the live heap at the last one), and per vital per epoch the events,
@@ -46,17 +47,41 @@ cpu_ticks() {
 	done
 	echo "$t"
 }
-# mem_kb PID: the RSS and the PSS (shared pages divided among the sharers:
-# the recorder and its engine run one executable) of the recorder and its
-# engine processes, summed, in KiB.
-mem_kb() {
-	local r=0 p=0
-	for c in "$1" $(engines "$1"); do
-		r=$((r + $(status_kb "$c" VmRSS)))
-		p=$((p + $(awk '$1 == "Pss:" {print $2}' "/proc/$c/smaps_rollup" 2>/dev/null || echo 0)))
-	done
-	echo "$r $p"
+# sample_mem PID: sets mem to the RSS and the PSS (shared pages divided
+# among the sharers: the recorder and its engines run one executable) of
+# the recorder and its engine processes, summed, in KiB, then the
+# recorder's RSS alone and the number of engine processes alive. It runs
+# every second, so it starts no process (no command substitution either):
+# the bench's own processes would be churn on the quiet host.
+kb_of() { # FILE KEY: sets kb to KEY's value in FILE, 0 without one
+	local k v rest
+	kb=0
+	while read -r k v rest; do
+		[ "$k" = "$2:" ] && kb=$v && return
+	done 2>/dev/null <"$1"
 }
+sample_mem() {
+	local r p own n=0 t c kids
+	kb_of "/proc/$1/status" VmRSS
+	r=$kb own=$kb
+	kb_of "/proc/$1/smaps_rollup" Pss
+	p=$kb
+	for t in /proc/"$1"/task/*/children; do
+		kids=()
+		read -r -a kids 2>/dev/null <"$t" || true
+		for c in "${kids[@]}"; do
+			kb_of "/proc/$c/status" VmRSS
+			r=$((r + kb))
+			kb_of "/proc/$c/smaps_rollup" Pss
+			p=$((p + kb))
+			n=$((n + 1))
+		done
+	done
+	mem="$r $p $own $n"
+}
+# A second's wait without a sleep process: a read that times out on a
+# pipe nothing writes to.
+exec {tick}<> <(:)
 
 # An empty store: what the schema alone occupies.
 start_recorder "$work/empty"
@@ -90,9 +115,12 @@ for sc in $SCENARIOS; do
 	c0=$(cpu_ticks "$rec")
 	c1="" t1=""
 	rss=()
-	for ((s = 5; s <= secs; s += 5)); do
-		sleep 5
-		rss+=("$(mem_kb "$rec")")
+	# Sampled every second: an engine lives a few seconds an epoch, and
+	# coarser samples made its share of the mean vary by several MiB.
+	for ((s = 1; s <= secs; s++)); do
+		read -r -t 1 -u "$tick" _ || true
+		sample_mem "$rec"
+		rss+=("$mem")
 		if [ -z "$c1" ] && [ "$s" -ge 65 ]; then c1=$(cpu_ticks "$rec") t1=$(date +%s.%N); fi
 	done
 	c2=$(cpu_ticks "$rec")
@@ -124,10 +152,12 @@ for sc in $SCENARIOS; do
 			m, (u - b) / n, m * (u - b) / n * 86400 / l / 1e6 }'
 	read -r est bank <<<"$spent"
 	echo "storage budget: the recorder estimated $est bytes spent (the store grew $((u - base))), $bank left in its bank"
-	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" -v an="$anon" -v fi="$file" '{a[NR] = $1; p[NR] = $2; if ($1 > m) m = $1} END {
-		for (i = int(NR / 2) + 1; i <= NR; i++) { s += a[i]; sp += p[i]; k++ }
+	printf '%s\n' "${rss[@]}" | awk -v h="$hwm" -v an="$anon" -v fi="$file" '{a[NR] = $1; p[NR] = $2; o[NR] = $3; e[NR] = $4; if ($1 > m) m = $1} END {
+		for (i = int(NR / 2) + 1; i <= NR; i++) { s += a[i]; sp += p[i]; so += o[i]; if (e[i] > 0) up++; k++ }
 		printf "RSS (recorder + engine processes): steady %.1f MiB (mean of the second half; PSS %.1f MiB), last %.1f MiB, peak sampled %.1f MiB\n",
 			s / k / 1024, sp / k / 1024, a[NR] / 1024, m / 1024
+		printf "  of the steady RSS: the recorder %.1f MiB, its engines %.1f MiB (an engine alive %.0f%% of the time)\n",
+			so / k / 1024, (s - so) / k / 1024, 100 * up / k
 		printf "  the recorder process alone at the end: anonymous %.1f MiB, files %.1f MiB; its peak (VmHWM) %.1f MiB\n",
 			an / 1024, fi / 1024, h / 1024 }'
 	awk -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v n="$ncpu" -v tck="$tck" 'BEGIN {
