@@ -132,3 +132,70 @@ func findKallsyms(t *testing.T, path, name string) uint64 {
 	t.Fatalf("%s not found in %s", name, path)
 	return 0
 }
+
+// TestKernelNamesAsInKallsyms resolves the address of every function in
+// this machine's kallsyms and wants its name back as the file gives it:
+// the names are held coded as words (nameWords), and every one must
+// decode whole. It reports what the names take coded and as text.
+func TestKernelNamesAsInKallsyms(t *testing.T) {
+	const path = "/proc/kallsyms"
+	if findKallsyms(t, path, "schedule") == 0 {
+		t.Skip("kallsyms addresses hidden; run as root")
+	}
+	k, err := LoadKernel(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The names kallsyms gives each address, for the addresses that
+	// carry only text symbols of one name (aliases leave a choice).
+	names := map[uint64]string{}
+	ambiguous := map[uint64]bool{}
+	text, raw := 0, 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 3 {
+			continue
+		}
+		addr, err := strconv.ParseUint(fields[0], 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.ContainsAny(fields[1], "tTwW") {
+			ambiguous[addr] = true
+			continue
+		}
+		text++
+		raw += len(fields[2])
+		if n, ok := names[addr]; ok && n != fields[2] {
+			ambiguous[addr] = true
+		}
+		names[addr] = fields[2]
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for addr, name := range names {
+		if ambiguous[addr] {
+			continue
+		}
+		if got := k.Resolve(addr).Func; got != name {
+			t.Fatalf("Resolve(%#x) = %q, want %q", addr, got, name)
+		}
+		checked++
+	}
+	if checked < text/2 {
+		t.Fatalf("only %d of %d functions checked", checked, text)
+	}
+	coded := len(k.names) + len(k.words.text) + 4*len(k.words.end)
+	t.Logf("%d functions checked of %d; names %d bytes as text, %d coded (%d distinct words)", checked, text, raw, coded, len(k.words.end))
+	if coded >= raw {
+		t.Errorf("coded names take %d bytes, as text %d", coded, raw)
+	}
+}
