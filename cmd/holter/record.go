@@ -283,6 +283,7 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 				logf("retention: pruned %d raw epochs, %d rollup rows, %d stacks", rep.Epochs, rep.RollupRows, rep.Stacks)
 			}
 		}
+		tr.pruneSpans(context.Background(), time.Now())
 		var parts []string
 		for _, v := range e.Vitals {
 			part := fmt.Sprintf("%s %d/%d", v.Name, v.Samples, v.Events)

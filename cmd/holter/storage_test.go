@@ -419,3 +419,41 @@ func TestRecordRefusesStoresItCannotTrust(t *testing.T) {
 		})
 	}
 }
+
+// TestSpansPrunedAfterCommits checks that raw spans older than
+// --retain-spans are reduced to rollups by the recorder's commits (the
+// pruning runs after an epoch's commit, at most once a --span-period),
+// every acknowledged span counted in them.
+func TestSpansPrunedAfterCommits(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := testutil.BuildHolter(t)
+	data := t.TempDir()
+	otlpAddr := freeAddr(t)
+	r := startRecord(t, bin, "--data", data, "--epoch", "1s", "--api", "", "--vitals", "cpu", "--budget", "off",
+		"--online=false", "--account=false", "--otlp-grpc", "off", "--otlp-http", otlpAddr,
+		"--retain-spans", "2s", "--span-period", "1s")
+	defer stopRecording(t, r)
+	r.waitEpochs(t, 1)
+	spans := sendSpans(t, otlpAddr)
+	time.Sleep(time.Second)
+	spans.halt()
+	spans.mu.Lock()
+	acked := len(spans.acked)
+	spans.mu.Unlock()
+	if acked == 0 {
+		t.Fatalf("no span acknowledged: %v\n%s", spans.otherErrs, r.brief())
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		row := queryJSON(t, bin, data, "SELECT (SELECT count(*) FROM spans WHERE service = 'faulty') AS raw, "+
+			"(SELECT coalesce(sum(spans), 0) FROM span_rollups WHERE service = 'faulty') AS rolled")[0]
+		raw, rolled := int(row["raw"].(float64)), int(row["rolled"].(float64))
+		if raw == 0 && rolled == acked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spans acknowledged; after a minute %d raw and %d in rollups\n%s", acked, raw, rolled, r.brief())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -54,18 +54,28 @@ type tracing struct {
 	acct     *account.Accountant
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	prune    spanPruning
+}
+
+// spanPruning reduces raw spans older than retain to rollups of period,
+// at most once a period, after an epoch's commit (pruneSpans).
+type spanPruning struct {
+	st             *store.Store
+	retain, period time.Duration
+	logf           func(string, ...any)
+	last           time.Time
 }
 
 // startTracing starts receiving spans, tagged with host (the recorder's
 // --host), and accounting them.
 func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.Kernel, logf func(string, ...any)) (*tracing, error) {
-	retain := *f.retainSpans
+	prune := spanPruning{st: st, retain: *f.retainSpans, period: *f.spanPeriod, logf: logf}
 	var err error
 	opts := otlp.Options{GRPCAddr: *f.grpcAddr, HTTPAddr: *f.httpAddr, DisableGRPC: *f.grpcAddr == "off",
 		DisableHTTP: *f.httpAddr == "off", MaxMessageBytes: int(*f.maxMessage), Host: host, Write: st.WriteSpans, Logf: logf,
 		CommitDelay: spanCommitDelay}
 	if opts.DisableGRPC && opts.DisableHTTP {
-		return &tracing{cancel: func() {}}, nil
+		return &tracing{cancel: func() {}, prune: prune}, nil
 	}
 	for _, a := range []string{opts.GRPCAddr, opts.HTTPAddr} {
 		if a == "off" {
@@ -80,7 +90,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &tracing{cancel: cancel}
+	t := &tracing{cancel: cancel, prune: prune}
 	rules := len(*f.accountComm) > 0 || len(*f.accountExe) > 0
 	if rules && !*f.account {
 		cancel()
@@ -129,7 +139,7 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 			if t.acct != nil {
 				t.acct.Close()
 			}
-			return &tracing{cancel: func() {}}, nil
+			return &tracing{cancel: func() {}, prune: prune}, nil
 		}
 		cancel()
 		if t.acct != nil {
@@ -152,8 +162,6 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 		charge := time.NewTicker(time.Second)
 		passes := 0
 		defer charge.Stop()
-		prune := time.NewTicker(*f.spanPeriod)
-		defer prune.Stop()
 		for {
 			select {
 			case <-ctx.Done():
@@ -167,16 +175,6 @@ func startTracing(st *store.Store, f tracingFlags, host string, kernel *symbol.K
 					if _, err := requests.Pass(ctx, st, t.acct, held, time.Now().UnixNano(), passes); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrUnavailable) {
 						logf("accounting: %v", err)
 					}
-				}
-			case now := <-prune.C:
-				if retain == 0 {
-					continue
-				}
-				rep, err := requests.Prune(ctx, st, now.Add(-retain), *f.spanPeriod)
-				if err != nil {
-					logf("span retention: %v", err)
-				} else if rep.Spans > 0 {
-					logf("span retention: %d spans reduced to %d span and %d latency-edge rollups", rep.Spans, rep.SpanRollups, rep.EdgeRollups)
 				}
 			}
 		}
@@ -220,6 +218,25 @@ type requestsStatus struct {
 	OTLP *otlp.Stats `json:"otlp,omitempty"`
 	// Accounting is the kernel accounting's; nil when it is off.
 	Accounting *account.Stats `json:"accounting,omitempty"`
+}
+
+// pruneSpans reduces the raw spans older than --retain-spans to rollups,
+// at most once a --span-period (0 keeps them all). The recorder calls it
+// after an epoch's commit, while the store's engine process is up for
+// that: on a ticker of its own, pruning started an engine process of its
+// own every minute, even in a recorder that had received no span.
+func (t *tracing) pruneSpans(ctx context.Context, now time.Time) {
+	p := &t.prune
+	if p.st == nil || p.retain == 0 || now.Sub(p.last) < p.period {
+		return
+	}
+	p.last = now
+	rep, err := requests.Prune(ctx, p.st, now.Add(-p.retain), p.period)
+	if err != nil {
+		p.logf("span retention: %v", err)
+	} else if rep.Spans > 0 {
+		p.logf("span retention: %d spans reduced to %d span and %d latency-edge rollups", rep.Spans, rep.SpanRollups, rep.EdgeRollups)
+	}
 }
 
 func (t *tracing) status() *requestsStatus {
