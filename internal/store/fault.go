@@ -491,8 +491,8 @@ func (s *Store) recover() error {
 	s.db.reopened(inst)
 	// What the failed commit wrote may be in the store after all (its
 	// checkpoint failed, not its log): the store says what it holds, and
-	// the open rollup buckets and commit sequence are read from it again.
-	s.open, s.spanSeq = nil, 0
+	// the commit sequence is read from it again.
+	s.spanSeq = 0
 	if err := s.reloadKnownNow(); err != nil {
 		s.db.shut(fmt.Errorf("%w: %v", ErrUnavailable, err))
 		return err

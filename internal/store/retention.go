@@ -10,13 +10,16 @@ import (
 // Retention bounds what the store keeps. Raw epochs (vitals, samples) go
 // first; rollups are kept longer. A zero field means no limit of that kind.
 type Retention struct {
-	// RawAge is how long raw epochs are kept.
+	// RawAge is how long raw epochs are kept, but never less than the
+	// day so far: the rollups of the open buckets are made from them.
 	RawAge time.Duration
 	// RollupAge is how long rollups and findings are kept.
 	RollupAge time.Duration
 	// MaxBytes bounds the space the store's data occupies (DuckDB's used
 	// blocks and write-ahead log). Over it, the oldest raw epochs are
-	// pruned until the data fits in nine tenths of it; the file itself
+	// pruned until the data fits in nine tenths of it (epochs of the day
+	// being rolled up too, whose rollups then count only the epochs
+	// left); the file itself
 	// does not shrink, but its freed blocks are reused, so it stops
 	// growing at about MaxBytes. Rollups are pruned for size only when no
 	// raw epoch is left.
@@ -41,7 +44,14 @@ func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (rep Prun
 	}
 	defer func() { err = s.wrote(err) }()
 	if r.RawAge > 0 {
-		n, err := s.pruneEpochsBefore(ctx, now.Add(-r.RawAge).UnixNano())
+		// The rollups of a bucket being filled are rewritten from its raw
+		// epochs at each commit (rollup.go): the epochs of the day being
+		// rolled up stay until the day's bucket is closed, whatever the
+		// age asked for.
+		cutoff := now.Add(-r.RawAge).UnixNano()
+		day := Timescales[len(Timescales)-1].Width.Nanoseconds()
+		cutoff = min(cutoff, now.UnixNano()-now.UnixNano()%day)
+		n, err := s.pruneEpochsBefore(ctx, cutoff)
 		if err != nil {
 			return rep, err
 		}

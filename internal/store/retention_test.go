@@ -130,3 +130,36 @@ func TestPruneToSize(t *testing.T) {
 		t.Errorf("%d raw epochs left under an impossible limit", n)
 	}
 }
+
+// TestPruneByAgeKeepsTheOpenDay prunes with a raw age shorter than the day
+// so far: the day's epochs stay, since its rollups are rewritten from them
+// at each commit, and the day's rollup still counts all of them after the
+// next commit.
+func TestPruneByAgeKeepsTheOpenDay(t *testing.T) {
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	writeDays(t, s, start, 30, time.Hour, 3) // epochs 1-30 at 1 h … 30 h
+	now := start.Add(30*time.Hour + 30*time.Minute)
+	if _, err := s.Prune(context.Background(), Retention{RawAge: time.Hour}, now); err != nil {
+		t.Fatal(err)
+	}
+	day2 := start.Add(24 * time.Hour).UnixNano()
+	if n := count(t, s, fmt.Sprintf(`SELECT count(*) FROM epochs WHERE start_ns < %d`, day2)); n != 0 {
+		t.Errorf("%d raw epochs of the closed day remain", n)
+	}
+	if n := count(t, s, `SELECT count(*) FROM epochs`); n != 7 {
+		t.Errorf("%d raw epochs remain, want the open day's 7 (24 h … 30 h)", n)
+	}
+	at := start.Add(31 * time.Hour).UnixNano()
+	if err := s.WriteEpoch(context.Background(), &Epoch{Host: "h", Epoch: 31, StartNs: at, EndNs: at + int64(time.Minute),
+		Vitals: []Vital{{Name: "cpu", Events: 10, WeightSum: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, fmt.Sprintf(`SELECT epochs FROM rollups WHERE timescale = '1d' AND bucket_ns = %d`, day2)); n != 8 {
+		t.Errorf("the open day's rollup counts %d epochs, want 8", n)
+	}
+}

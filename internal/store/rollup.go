@@ -3,9 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -56,204 +55,81 @@ var rollupSchema = []string{
 		ustack_id UBIGINT)`,
 }
 
-// The rollups of the buckets being filled are kept up to date
-// incrementally: the store holds each open bucket's totals and per-label
-// sums in memory, adds every committed epoch to them, and rewrites the
-// bucket's rows from them — the cost of an epoch's commit does not grow as
-// its day fills. A bucket not in memory (the first epoch after Open, a new
-// bucket, or after a failed commit) is read back from the raw tables once.
+// The rollups of the buckets being filled are rewritten from the raw
+// tables at each epoch's commit, inside its transaction, by DuckDB: the
+// bucket's totals from its epochs' vitals, its distinct labels and top
+// labels from their samples. The store holds nothing per label: an open
+// day's labels under process churn (a large program's CPU sites, the
+// locks of each process) came to some 100 bytes each per timescale in
+// the recorder's heap, tens of MB by the end of a day. What a commit
+// reads grows with the day's stored samples, which the recorder's
+// storage budget bounds.
 //
 // The distinct-label count of a bucket is the number of distinct label
 // hashes among its samples: every label is sampled at least once in each
 // epoch it occurs in (its first event crosses the first threshold), and
 // sample label hashes are seed-free, unlike the per-epoch HCAs.
-type openBucket struct {
-	host   string
-	start  int64 // bucket_ns
-	vitals map[string]*bucketVital
-}
-
-type bucketVital struct {
-	epochs, events, weight, samples, lost, secondary uint64
-	labels                                           map[uint64]*labelSum
-}
-
-// labelSum is one label's weight and sample count in a bucket, with the
-// heaviest of its samples as the representative (the first on a tie).
-type labelSum struct {
-	weight, samples, repWeight uint64
-	pid                        uint32
-	comm, exe                  string
-	kstack, ustack             uint64
-}
-
-func (b *bucketVital) add(s *labelSum, hash uint64) {
-	l := b.labels[hash]
-	if l == nil {
-		b.labels[hash] = s
-		return
-	}
-	l.weight += s.weight
-	l.samples += s.samples
-	if s.repWeight > l.repWeight {
-		l.repWeight, l.pid, l.comm, l.exe, l.kstack, l.ustack = s.repWeight, s.pid, s.comm, s.exe, s.kstack, s.ustack
-	}
-}
-
-func (o *openBucket) vital(name string) *bucketVital {
-	v := o.vitals[name]
-	if v == nil {
-		v = &bucketVital{labels: map[uint64]*labelSum{}}
-		o.vitals[name] = v
-	}
-	return v
-}
-
-// addEpoch adds an epoch's totals and samples to the bucket.
-func (o *openBucket) addEpoch(e *Epoch) {
-	for _, v := range e.Vitals {
-		b := o.vital(v.Name)
-		b.epochs++
-		b.events += v.Events
-		b.weight += v.WeightSum
-		b.samples += v.Samples
-		b.lost += v.Lost()
-		b.secondary += v.Secondary
-	}
-	for i := range e.Samples {
-		sm := &e.Samples[i]
-		o.vital(sm.Vital).add(&labelSum{weight: sm.Weight, samples: 1, repWeight: sm.Weight, pid: sm.Pid,
-			comm: sm.Comm, exe: sm.Exe, kstack: sm.KStackID, ustack: sm.UStackID}, sm.LabelHash)
-	}
-}
-
-// loadBucket reads an open bucket back from the raw tables, inside the
-// epoch's transaction (so including the epoch being written).
-func loadBucket(ctx context.Context, conn *sql.Conn, host string, start, width int64) (*openBucket, error) {
-	o := &openBucket{host: host, start: start, vitals: map[string]*bucketVital{}}
-	inBucket := `e.host = $1 AND e.start_ns >= $2 AND e.start_ns < $2 + $3`
-	rows, err := conn.QueryContext(ctx, `
-		SELECT v.vital, count(*), sum(v.events), sum(v.weight_sum), sum(v.samples),
-		       sum(v.lost_ringbuf + v.lost_state + v.lost_recursion), sum(v.secondary)
-		FROM vitals v JOIN epochs e ON e.host = v.host AND e.epoch = v.epoch
-		WHERE `+inBucket+` GROUP BY v.vital`, host, start, width)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var name string
-		var b bucketVital
-		if err := rows.Scan(&name, &b.epochs, &b.events, &b.weight, &b.samples, &b.lost, &b.secondary); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		b.labels = map[uint64]*labelSum{}
-		o.vitals[name] = &b
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	rows, err = conn.QueryContext(ctx, `
-		SELECT s.vital, s.label_hash, sum(s.weight), count(*), max(s.weight),
-		       arg_max(s.pid, s.weight), arg_max(s.comm, s.weight), arg_max(s.exe, s.weight),
-		       coalesce(arg_max(s.kstack_id, s.weight), 0), coalesce(arg_max(s.ustack_id, s.weight), 0)
-		FROM samples s JOIN epochs e ON e.host = s.host AND e.epoch = s.epoch
-		WHERE `+inBucket+` GROUP BY s.vital, s.label_hash`, host, start, width)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
-		var hash uint64
-		var l labelSum
-		if err := rows.Scan(&name, &hash, &l.weight, &l.samples, &l.repWeight, &l.pid, &l.comm, &l.exe, &l.kstack, &l.ustack); err != nil {
-			return nil, err
-		}
-		o.vital(name).labels[hash] = &l
-	}
-	return o, rows.Err()
-}
 
 // updateRollups brings, inside the epoch's transaction, every bucket that
 // contains the epoch up to date: the rollups always equal the sum of their
 // epochs, including the bucket still being filled.
 func (s *Store) updateRollups(ctx context.Context, conn *sql.Conn, e *Epoch) error {
-	if s.open == nil {
-		s.open = make([]*openBucket, len(Timescales))
-	}
-	for i, ts := range Timescales {
+	for _, ts := range Timescales {
 		w := ts.Width.Nanoseconds()
 		start := e.StartNs - e.StartNs%w
-		o := s.open[i]
-		if o != nil && o.host == e.Host && o.start == start {
-			o.addEpoch(e)
-		} else {
-			var err error
-			if o, err = loadBucket(ctx, conn, e.Host, start, w); err != nil {
-				return fmt.Errorf("rollup %s: %w", ts.Name, err)
-			}
-			s.open[i] = o
-		}
-		if err := writeBucket(ctx, conn, ts.Name, o); err != nil {
+		if err := writeBucket(ctx, conn, ts.Name, e.Host, start, w); err != nil {
 			return fmt.Errorf("rollup %s: %w", ts.Name, err)
 		}
 	}
 	return nil
 }
 
-// writeBucket replaces a bucket's rows with its current sums and top labels.
-func writeBucket(ctx context.Context, conn *sql.Conn, timescale string, o *openBucket) error {
+// writeBucket replaces a bucket's rows with the sums and top labels of
+// the epochs stored in it. Epoch numbers grow with time, so the bucket's
+// epochs are those between its first and its last, and a scan of the
+// samples (appended in epoch order) skips other buckets' row groups by
+// their zone maps.
+func writeBucket(ctx context.Context, conn *sql.Conn, timescale, host string, start, width int64) error {
+	var first, last int64 // the epoch being written is one of them
+	if err := conn.QueryRowContext(ctx, `SELECT coalesce(min(epoch), 0), coalesce(max(epoch), -1) FROM epochs WHERE host = $1 AND start_ns >= $2 AND start_ns < $2 + $3`,
+		host, start, width).Scan(&first, &last); err != nil {
+		return err
+	}
 	for _, q := range []string{
-		`DELETE FROM rollups WHERE timescale = ? AND host = ? AND bucket_ns = ?`,
-		`DELETE FROM rollup_top WHERE timescale = ? AND host = ? AND bucket_ns = ?`,
+		`DELETE FROM rollups WHERE timescale = $1 AND host = $2 AND bucket_ns = $3`,
+		`DELETE FROM rollup_top WHERE timescale = $1 AND host = $2 AND bucket_ns = $3`,
+		`INSERT INTO rollups
+		SELECT $1, $2, $3, v.vital, count(*), sum(v.events), sum(v.weight_sum), sum(v.samples),
+			coalesce(any_value(l.n), 0), sum(v.lost_ringbuf + v.lost_state + v.lost_recursion), sum(v.secondary)
+		FROM vitals v LEFT JOIN (
+			SELECT vital, count(DISTINCT label_hash) AS n FROM samples
+			WHERE host = $2 AND epoch BETWEEN $4 AND $5 GROUP BY vital) l ON l.vital = v.vital
+		WHERE v.host = $2 AND v.epoch BETWEEN $4 AND $5
+		GROUP BY v.vital`,
+		// The heaviest labels first, from their sums alone; then the
+		// representative of each, its heaviest sample (the first on a
+		// tie), from its own samples.
+		`INSERT INTO rollup_top
+		WITH top AS (
+			SELECT vital, label_hash, sum(weight) AS weight, count(*) AS samples,
+				row_number() OVER (PARTITION BY vital ORDER BY sum(weight) DESC, label_hash) AS rank
+			FROM samples WHERE host = $2 AND epoch BETWEEN $4 AND $5
+			GROUP BY vital, label_hash
+			QUALIFY rank <= ` + fmt.Sprint(TopLabels) + `)
+		SELECT $1, $2, $3, t.vital, t.rank, t.label_hash, any_value(t.weight), any_value(t.samples),
+			arg_max(s.pid, (s.weight, -s.ts_ns)), arg_max(s.comm, (s.weight, -s.ts_ns)), arg_max(s.exe, (s.weight, -s.ts_ns)),
+			arg_max(s.kstack_id, (s.weight, -s.ts_ns)), arg_max(s.ustack_id, (s.weight, -s.ts_ns))
+		FROM top t JOIN samples s ON s.vital = t.vital AND s.label_hash = t.label_hash
+		WHERE s.host = $2 AND s.epoch BETWEEN $4 AND $5
+		GROUP BY t.vital, t.rank, t.label_hash`,
 	} {
-		if _, err := conn.ExecContext(ctx, q, timescale, o.host, o.start); err != nil {
+		args := []any{timescale, host, start, first, last}
+		if !strings.Contains(q, "$4") {
+			args = args[:3]
+		}
+		if _, err := conn.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 	}
-	var rollups, tops [][]driver.Value
-	for name, b := range o.vitals {
-		rollups = append(rollups, []driver.Value{timescale, o.host, o.start, name, b.epochs, b.events, b.weight,
-			b.samples, int64(len(b.labels)), b.lost, b.secondary})
-		for rank, hash := range topLabels(b.labels, TopLabels) {
-			l := b.labels[hash]
-			tops = append(tops, []driver.Value{timescale, o.host, o.start, name, int32(rank + 1), hash, l.weight,
-				int64(l.samples), l.pid, l.comm, l.exe, nullID(l.kstack), nullID(l.ustack)})
-		}
-	}
-	return conn.Raw(func(dc any) error {
-		dconn, ok := dc.(driver.Conn)
-		if !ok {
-			return errors.New("unexpected driver connection")
-		}
-		if err := appendRows(dconn, "rollups", len(rollups), func(i int) []driver.Value { return rollups[i] }); err != nil {
-			return err
-		}
-		return appendRows(dconn, "rollup_top", len(tops), func(i int) []driver.Value { return tops[i] })
-	})
-}
-
-// topLabels is the n heaviest labels, heaviest first, ties by hash.
-func topLabels(labels map[uint64]*labelSum, n int) []uint64 {
-	heavier := func(a, b uint64) bool {
-		wa, wb := labels[a].weight, labels[b].weight
-		return wa > wb || wa == wb && a < b
-	}
-	top := make([]uint64, 0, n+1)
-	for h := range labels {
-		if len(top) == n && !heavier(h, top[n-1]) {
-			continue
-		}
-		i := len(top)
-		top = append(top, h)
-		for ; i > 0 && heavier(h, top[i-1]); i-- {
-			top[i] = top[i-1]
-		}
-		top[i] = h
-		if len(top) > n {
-			top = top[:n]
-		}
-	}
-	return top
+	return nil
 }

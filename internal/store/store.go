@@ -135,8 +135,6 @@ type Store struct {
 	// a commit failed in a way that leaves unsaid what it stored. The next
 	// epoch reads them back first.
 	knownStale bool
-	// open holds the buckets being filled, one per timescale (rollup.go).
-	open []*openBucket
 	// spanSeq is the last span commit sequence number (requests.go); 0
 	// until the first span commit reads it.
 	spanSeq int64
@@ -690,7 +688,6 @@ func (s *Store) commitEpoch(ctx context.Context, e *Epoch) error {
 	}
 	newStacks, newExes, err := s.writeEpoch(ctx, conn, e)
 	if err != nil {
-		s.open = nil // the open buckets may hold the failed epoch: read them back
 		if _, rbErr := conn.ExecContext(context.Background(), "ROLLBACK"); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
 		}
@@ -698,7 +695,6 @@ func (s *Store) commitEpoch(ctx context.Context, e *Epoch) error {
 	}
 	var notDurable error
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		s.open = nil
 		err = fmt.Errorf("commit epoch %d: %w", e.Epoch, err)
 		in, verr := s.epochStored(e.Host, e.Epoch)
 		if verr != nil {
