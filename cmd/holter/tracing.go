@@ -42,7 +42,7 @@ func addTracingFlags(fs *flag.FlagSet) tracingFlags {
 		accountExe:    valueFlag(fs, "account-exe", "", "account processes running these executables (PATH[,PATH…]) from their exec, and their children", pathList),
 		accountFollow: fs.Bool("account-follow", false, "also account, from their exec, new processes of each executable whose spans were received"),
 		retainSpans:   valueFlag(fs, "retain-spans", "1d", "keep raw spans this long, then reduce them to per-workload rollups; 0 keeps them all", ageIn(maxAge)),
-		spanPeriod:    valueFlag(fs, "span-period", "1m", "period T of the rollups raw spans are reduced to, and how often pruning runs", durationIn(time.Second, 24*time.Hour, "")),
+		spanPeriod:    valueFlag(fs, "span-period", "1m", "period T of the rollups raw spans are reduced to, and how often, at most, pruning runs (after an epoch's commit)", durationIn(time.Second, 24*time.Hour, "")),
 	}
 }
 
